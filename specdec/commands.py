@@ -1,0 +1,95 @@
+"""Implementations of the CLI commands (argument parsing lives in cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import yaml
+
+from specdec.cli import configure_logging
+from specdec.config import SpecdecConfig, load_config
+from specdec.request import GenerationRequest
+from specdec.sampling import SamplingParams
+
+
+def _quiet_transformers(log_level: str) -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    if log_level != "debug":
+        hf_logging.set_verbosity_error()
+
+
+def _config_from_generate_flags(args: argparse.Namespace) -> SpecdecConfig:
+    return load_config(args.config, {
+        "model": {
+            "target_path": args.target, "draft_path": args.draft, "draft_method": args.draft_method,
+            "layer_skip_layers": args.layer_skip_layers, "draft_quantization": args.draft_quantization,
+            "device": args.device, "draft_device": args.draft_device, "dtype": args.dtype,
+        },
+        "speculative": {
+            "draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance,
+            "enabled": False if args.no_speculation else None,
+        },
+    })
+
+
+def generate(args: argparse.Namespace) -> int:
+    config = _config_from_generate_flags(args)
+    configure_logging(config.observability.log_level if config.observability.log_level != "info" else "warning")
+    _quiet_transformers(config.observability.log_level)
+    sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
+    request = GenerationRequest(
+        prompt_ids=[0],  # placeholder: validates every other field before the (slow) model load
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        stop=args.stop,
+        speculative=config.speculative.enabled,
+        num_draft_tokens=config.speculative.draft_tokens,
+        acceptance=config.speculative.acceptance,
+        draft_top_k=config.speculative.draft_top_k,
+        **({"seed": args.seed} if args.seed is not None else {}),
+    )
+    from specdec.engine import build_generator
+    from specdec.prompts import encode_prompt
+
+    generator = build_generator(config)
+    prompt_ids = encode_prompt(generator.target.tokenizer, args.prompt, chat=not args.raw)
+    request = request.model_copy(update={"prompt_ids": prompt_ids})
+    started = time.perf_counter()
+    result = generator.generate(request)
+    elapsed = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({**result.as_dict(), "seed": request.seed, "elapsed_s": round(elapsed, 4)}))
+    else:
+        _print_human(result, elapsed)
+    return 0
+
+
+def _print_human(result, elapsed: float) -> None:
+    stats = result.stats
+    print(result.text)
+    print(
+        f"\n[{len(result.token_ids)} tokens in {elapsed:.2f}s ({len(result.token_ids) / max(elapsed, 1e-9):.1f} tok/s), "
+        f"finish={result.finish_reason}, rounds={stats.rounds}, draft_tokens={stats.draft_tokens}, "
+        f"accepted={stats.accepted_tokens}, acceptance_rate={stats.acceptance_rate:.3f}, fallback={stats.fallback}]",
+        file=sys.stderr,
+    )
+
+
+def make_tiny_pair(args: argparse.Namespace) -> int:
+    from specdec.tiny_pair import make_tiny_pair as build
+
+    _quiet_transformers("info")
+    paths = build(args.directory, seed=args.seed)
+    print(f"target: {paths.target}\ndraft:  {paths.draft}")
+    return 0
+
+
+def config_show(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
+    return 0

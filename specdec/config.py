@@ -1,0 +1,131 @@
+"""Configuration: a YAML file (the seed's format loads as written), SPECDEC_* env, then flags."""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from specdec.acceptance import AcceptanceMode
+from specdec.errors import SpecdecError
+
+
+class DraftMethod(str, Enum):
+    MODEL = "model"
+    LAYER_SKIP = "layer_skip"
+    NGRAM = "ngram"
+
+
+class Verification(str, Enum):
+    SEQUENTIAL = "sequential"
+    TREE = "tree"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+class ModelSection(_Section):
+    target_path: str | None = None
+    draft_path: str | None = None
+    draft_method: DraftMethod = DraftMethod.MODEL
+    layer_skip_layers: int | None = Field(None, ge=1, description="target layers the layer-skip draft keeps; default half")
+    device: str = "auto"
+    draft_device: str = "auto"
+    dtype: str = "auto"
+    draft_quantization: str | None = Field(None, pattern="^(int8)$")
+
+
+class SpeculativeSection(_Section):
+    enabled: bool = True
+    draft_tokens: int = Field(5, ge=1, le=64)
+    verification: Verification = Verification.SEQUENTIAL
+    acceptance_sampling: bool = True
+    acceptance: AcceptanceMode = AcceptanceMode.REJECTION
+    draft_top_k: int = Field(32, ge=1)
+
+    @field_validator("acceptance_sampling")
+    @classmethod
+    def _lossless_stays_on(cls, value: bool) -> bool:
+        # The seed: the rejection-sampling switch is on by default and may not be turned off for speed.
+        if not value:
+            raise ValueError("false would make outputs differ from the target model; specdec only serves lossless speculation")
+        return value
+
+
+class ServingSection(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(8000, ge=1, le=65535)
+    max_batch_size: int = Field(8, ge=1)
+    max_concurrent_requests: int = Field(64, ge=1)
+
+
+class ObservabilitySection(_Section):
+    metrics_port: int = Field(9090, ge=1, le=65535)
+    log_level: str = Field("info", pattern="^(debug|info|warning|error|critical)$")
+
+
+class SpecdecConfig(BaseSettings):
+    """All settings. Precedence: command-line flags > SPECDEC_* env > the YAML file > defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="SPECDEC_", env_nested_delimiter="__", extra="forbid")
+
+    model: ModelSection = ModelSection()
+    speculative: SpeculativeSection = SpeculativeSection()
+    serving: ServingSection = ServingSection()
+    observability: ObservabilitySection = ObservabilitySection()
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The YAML file's values, already read and checked to be a mapping."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self.data = data
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self.data
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> SpecdecConfig:
+    """Read `path` (or $SPECDEC_CONFIG), SPECDEC_* env, and `overrides` ({section: {key: value}}, from
+    command-line flags; None values mean "not given")."""
+    path = path or os.environ.get("SPECDEC_CONFIG")
+    file_data = _read_yaml(Path(path)) if path else {}
+    flags = {section: {k: v for k, v in values.items() if v is not None} for section, values in (overrides or {}).items()}
+
+    class _Configured(SpecdecConfig):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, **_other_sources):
+            return init_settings, env_settings, _FileSource(settings_cls, file_data)
+
+    try:
+        return _Configured(**{section: values for section, values in flags.items() if values})
+    except ValidationError as error:
+        where = f" (config file {path}, SPECDEC_* environment and flags)" if path else ""
+        raise SpecdecError(f"{describe_validation_error(error)}{where}") from error
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as error:
+        raise SpecdecError(f"cannot read config file {path}: {error.strerror}") from error
+    except yaml.YAMLError as error:
+        raise SpecdecError(f"config file {path} is not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise SpecdecError(f"config file {path} must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem, each naming its field: 'speculative.draft_tokens: ...'."""
+    return "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())

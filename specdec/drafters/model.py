@@ -1,0 +1,123 @@
+"""A drafter backed by a causal LM: a separate small model, or the target's first layers."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+from specdec.acceptance import AcceptanceMode
+from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
+from specdec.kv_cache import CachedSequence
+from specdec.noise import gumbel_argmax, keyed_gumbel
+from specdec.sampling import SparseDistribution, processed_probs, sparse_top_k
+
+# Draft randomness must be independent of the verifier's: derive its seed from the request's.
+_DRAFT_SEED_SALT = 0x5DEECE66D
+
+
+class ModelDrafter:
+    name = "model"
+
+    def __init__(self, model: PreTrainedModel, name: str = "model") -> None:
+        self.model = model
+        self.name = name
+
+    def open(self, request: DraftRequest) -> ModelDraftSession:
+        return ModelDraftSession(CachedSequence(self.model), request)
+
+
+class ModelDraftSession:
+    def __init__(self, lm: CachedSequence, request: DraftRequest) -> None:
+        self.lm = lm
+        self.request = request
+        self.committed = CommittedSequence(list(request.prompt_ids))
+        self.generator = torch.Generator().manual_seed((request.seed ^ _DRAFT_SEED_SALT) & 0xFFFFFFFFFFFFFFFF)
+
+    def propose(self, num_tokens: int) -> DraftBlock:
+        if num_tokens <= 0:
+            block = DraftBlock.empty()
+        else:
+            block = self._draft(num_tokens)
+        self.committed.record_block(block)
+        return block
+
+    def _draft(self, num_tokens: int) -> DraftBlock:
+        sequence = list(self.committed.token_ids)
+        candidates, sparse_rows = [], []
+        for _ in range(num_tokens):
+            logits = self.lm.advance(sequence)[-1]
+            draft_probs = processed_probs(_fit_vocab(logits, self.request.vocab_size), self.request.sampling)
+            token_id, sparse = self._choose(draft_probs, position=len(sequence))
+            candidates.append(token_id)
+            sparse_rows.append(sparse)
+            sequence.append(token_id)
+        draft_sparse = None
+        if sparse_rows[0] is not None:
+            draft_sparse = SparseDistribution(torch.stack([s.token_ids for s in sparse_rows]), torch.stack([s.probs for s in sparse_rows]))
+        return DraftBlock(torch.tensor(candidates, dtype=torch.long), draft_sparse)
+
+    def _choose(self, draft_probs: torch.Tensor, position: int) -> tuple[int, SparseDistribution | None]:
+        request = self.request
+        if request.sampling.is_greedy or request.acceptance is AcceptanceMode.GREEDY:
+            return int(draft_probs.argmax()), None
+        if request.acceptance is AcceptanceMode.COUPLED:
+            gumbel = keyed_gumbel(request.seed, torch.tensor([position], device=draft_probs.device), draft_probs.shape[-1])
+            return int(gumbel_argmax(draft_probs.unsqueeze(0), gumbel)[0]), None
+        sparse = sparse_top_k(draft_probs, request.draft_top_k)
+        sparse = SparseDistribution(sparse.token_ids.cpu(), sparse.probs.double().cpu())
+        choice = int(torch.multinomial(sparse.probs, 1, generator=self.generator))
+        return int(sparse.token_ids[choice]), sparse
+
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
+        self.committed.apply_feedback(num_accepted, appended_ids)
+
+    def close(self) -> None:
+        self.lm.release()
+
+
+def _fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:  # [vocab_size]
+    """Trim or -inf-pad draft logits to the target's width (ids agree; see check_vocab_compatible)."""
+    width = logits.shape[-1]
+    if width >= vocab_size:
+        return logits[..., :vocab_size]
+    return nn.functional.pad(logits, (0, vocab_size - width), value=float("-inf"))
+
+
+def truncated_view(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
+    """The model's first `num_layers` decoder layers + its final norm and head, sharing weights.
+
+    This is layer-skip self-speculation: no extra memory for a draft model.
+    """
+    decoder = model.get_decoder()
+    total = len(decoder.layers)
+    if not 1 <= num_layers < total:
+        raise ValueError(f"layer_skip num_layers must be in [1, {total - 1}] for a {total}-layer target, got {num_layers}")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = num_layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:num_layers]
+    view_decoder = _shallow_module_copy(decoder)
+    view_decoder.layers = nn.ModuleList(decoder.layers[:num_layers])
+    view_decoder.config = config
+    view = _shallow_module_copy(model)
+    setattr(view, _child_name(model, decoder), view_decoder)
+    view.config = config
+    return view
+
+
+def _shallow_module_copy(module: nn.Module) -> nn.Module:
+    clone = copy.copy(module)
+    clone._modules = dict(module._modules)  # noqa: SLF001 -- own child table, shared children
+    return clone
+
+
+def _child_name(parent: nn.Module, child: nn.Module) -> str:
+    return next(name for name, module in parent.named_children() if module is child)
+
+
+def layer_skip_drafter(target: PreTrainedModel, num_layers: int) -> ModelDrafter:
+    return ModelDrafter(truncated_view(target, num_layers), name="layer_skip")

@@ -1,0 +1,60 @@
+"""N-gram prompt lookup: propose the tokens that followed the latest occurrence of the
+sequence's last n tokens. No model, no weights; strong on summarisation, code edits, and RAG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
+from specdec.sampling import SparseDistribution
+
+
+class NgramDrafter:
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def open(self, request: DraftRequest) -> NgramDraftSession:
+        return NgramDraftSession(self, request)
+
+
+class NgramDraftSession:
+    def __init__(self, drafter: NgramDrafter, request: DraftRequest) -> None:
+        self.drafter = drafter
+        self.committed = CommittedSequence(list(request.prompt_ids))
+
+    def propose(self, num_tokens: int) -> DraftBlock:
+        candidates = lookup_continuation(self.committed.token_ids, num_tokens, self.drafter.max_ngram, self.drafter.min_ngram)
+        # The lookup is deterministic: q is a point mass on each candidate, sent as such so
+        # rejection sampling stays exact (accept with probability p(x)).
+        block = DraftBlock(
+            torch.tensor(candidates, dtype=torch.long),
+            SparseDistribution(torch.tensor(candidates, dtype=torch.long).reshape(-1, 1), torch.ones(len(candidates), 1, dtype=torch.float64)),
+        )
+        self.committed.record_block(block)
+        return block
+
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
+        self.committed.apply_feedback(num_accepted, appended_ids)
+
+    def close(self) -> None:
+        pass
+
+
+def lookup_continuation(token_ids: Sequence[int], num_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:
+    """The up-to-`num_tokens` tokens after the latest earlier match of the longest suffix n-gram."""
+    if num_tokens <= 0:
+        return []
+    for size in range(min(max_ngram, len(token_ids) - 1), min_ngram - 1, -1):
+        suffix = list(token_ids[-size:])
+        for start in range(len(token_ids) - size - 1, -1, -1):
+            if list(token_ids[start : start + size]) == suffix:
+                return list(token_ids[start + size : start + size + num_tokens])
+    return []

@@ -1,0 +1,71 @@
+"""Build a ready-to-run generator from configuration: draft first, then target (the seed's order)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from specdec.config import DraftMethod, ModelSection, SpecdecConfig, Verification
+from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.errors import ModelLoadError, SpecdecError
+from specdec.generation import SpeculativeGenerator
+from specdec.models import LoadedModel, check_vocab_compatible, load_model
+
+log = logging.getLogger(__name__)
+
+
+def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
+    models = config.model
+    if not models.target_path:
+        raise SpecdecError("no target model: set model.target_path in the config or pass --target")
+    if config.speculative.verification is Verification.TREE:
+        log.warning("speculative.verification=tree is not implemented yet; verifying a chain of draft tokens")
+    draft = None
+    if config.speculative.enabled and models.draft_method is DraftMethod.MODEL:
+        draft = _load_draft(models)
+    target = _load("model.target_path", models.target_path, device=models.device, dtype=models.dtype)
+    drafter = None
+    if config.speculative.enabled:
+        drafter = _DRAFTER_BUILDERS[models.draft_method](target, draft, models)
+    return SpeculativeGenerator(target, drafter)
+
+
+def _load_draft(models: ModelSection) -> LoadedModel:
+    if not models.draft_path:
+        raise SpecdecError("draft_method=model needs a draft model: set model.draft_path or pass --draft "
+                           "(or use --draft-method layer_skip|ngram, which need none)")
+    return _load("model.draft_path", models.draft_path, device=models.draft_device, dtype=models.dtype, quantize=models.draft_quantization)
+
+
+def _load(setting: str, source: str, **options: str | None) -> LoadedModel:
+    """load_model, with errors prefixed by the setting (the CLI shows the matching flag)."""
+    try:
+        return load_model(source, **options)
+    except ModelLoadError as error:
+        raise ModelLoadError(f"{setting}: {error}") from error
+
+
+def _model_drafter(target: LoadedModel, draft: LoadedModel | None, models: ModelSection) -> Drafter:
+    assert draft is not None  # loaded above whenever draft_method is model
+    check_vocab_compatible(target, draft)
+    return ModelDrafter(draft.model)
+
+
+def _layer_skip_drafter(target: LoadedModel, _draft: LoadedModel | None, models: ModelSection) -> Drafter:
+    total = len(target.model.get_decoder().layers)
+    num_layers = models.layer_skip_layers or max(1, total // 2)
+    try:
+        return layer_skip_drafter(target.model, num_layers)
+    except ValueError as error:
+        raise SpecdecError(f"model.layer_skip_layers: {error}") from error
+
+
+def _ngram_drafter(_target: LoadedModel, _draft: LoadedModel | None, _models: ModelSection) -> Drafter:
+    return NgramDrafter()
+
+
+_DRAFTER_BUILDERS: dict[DraftMethod, Callable[[LoadedModel, LoadedModel | None, ModelSection], Drafter]] = {
+    DraftMethod.MODEL: _model_drafter,
+    DraftMethod.LAYER_SKIP: _layer_skip_drafter,
+    DraftMethod.NGRAM: _ngram_drafter,
+}

@@ -1,0 +1,134 @@
+"""Loading target and draft models: a Hugging Face directory, a .gguf file, or a hub id."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from specdec.bundled import BUNDLED_MODELS, bundled_model_path
+from specdec.errors import IncompatibleVocabularyError, ModelLoadError
+from specdec.quantization import quantize_int8_weight_only
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+}
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer, on one device."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    source: str
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def vocab_size(self) -> int:
+        """Width of the logits, which may exceed len(tokenizer) when embeddings are padded."""
+        return self.model.get_output_embeddings().out_features
+
+    @property
+    def max_context(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 2048))
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        ids = {self.tokenizer.eos_token_id}
+        generation_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
+        return frozenset(i for i in ids if i is not None)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but CUDA is not available on this host")
+    return resolved
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype not in _DTYPES:
+        raise ModelLoadError(f"dtype {dtype!r} is not one of auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def load_model(source: str | Path, device: str = "auto", dtype: str = "auto", quantize: str | None = None) -> LoadedModel:
+    """Load `source` (HF directory, .gguf file, bundled model name, or hub id) for inference.
+
+    `quantize="int8"` stores Linear weights as int8 (weight-only), for a draft that must fit
+    beside the target.
+    """
+    if quantize not in (None, "int8"):
+        raise ModelLoadError(f"quantize {quantize!r} is not supported (use int8 or none)")
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    location, kwargs = _locate(str(source))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(location, dtype=torch_dtype, **kwargs)
+    except (OSError, ValueError, EnvironmentError) as error:
+        raise ModelLoadError(f"could not load model {str(source)!r}: {_summary(error)}") from error
+    if quantize == "int8":
+        quantize_int8_weight_only(model)
+    model.to(torch_device).eval()
+    log.info("loaded %s on %s as %s (%s)", source, torch_device, torch_dtype, quantize or "unquantized")
+    return LoadedModel(model=model, tokenizer=tokenizer, source=str(source))
+
+
+def _locate(source: str) -> tuple[str, dict]:
+    """Where from_pretrained should look, and with which extra arguments."""
+    if source in BUNDLED_MODELS:
+        source = str(bundled_model_path(source))
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {source}")
+        return str(path.parent), {"gguf_file": path.name}
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{source} is a directory without config.json: not a Hugging Face model")
+        return str(path), {}
+    if source.startswith((".", "/", "~")) or path.exists() or source.count("/") > 1:
+        raise ModelLoadError(f"model path not found: {source}")
+    # Otherwise a hub id: from_pretrained uses the local cache when the hub is unreachable.
+    return source, {}
+
+
+def _summary(error: BaseException) -> str:
+    """The error's first two lines as one (library messages often put the useful part second)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " ".join(lines[:2]) if lines else type(error).__name__
+
+
+def check_vocab_compatible(target: LoadedModel, draft: LoadedModel) -> None:
+    """Refuse a draft whose token ids mean something else to the target's tokenizer."""
+    target_vocab, draft_vocab = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    differing = [token for token, token_id in draft_vocab.items() if target_vocab.get(token) != token_id]
+    if differing:
+        example = differing[0]
+        raise IncompatibleVocabularyError(
+            f"draft vocabulary is incompatible with the target's: {len(differing)} of the draft's "
+            f"{len(draft_vocab)} tokens have a different id in the target tokenizer "
+            f"(e.g. {example!r}: draft id {draft_vocab[example]}, target id {target_vocab.get(example)})"
+        )
+    if draft.vocab_size > target.vocab_size and len(draft_vocab) > target.vocab_size:
+        raise IncompatibleVocabularyError(
+            f"draft vocabulary ({len(draft_vocab)} tokens) is larger than the target's logits ({target.vocab_size})"
+        )

@@ -1,0 +1,31 @@
+"""Prompt text or chat messages -> token ids, with the tokenizer's own chat template."""
+
+from __future__ import annotations
+
+from transformers import PreTrainedTokenizerBase
+
+from specdec.errors import InvalidRequestError
+
+
+def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    if not tokenizer.chat_template:
+        raise InvalidRequestError("messages", "this model's tokenizer has no chat template; send a plain prompt instead")
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return _require_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], "messages")
+
+
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
+    return _require_tokens(tokenizer(text)["input_ids"], "prompt")
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> list[int]:
+    """A user's prompt as one chat turn when the model has a template (and `chat`), else raw text."""
+    if chat and tokenizer.chat_template:
+        return encode_chat(tokenizer, [{"role": "user", "content": text}])
+    return encode_text(tokenizer, text)
+
+
+def _require_tokens(token_ids: list[int], field: str) -> list[int]:
+    if not token_ids:
+        raise InvalidRequestError(field, "encodes to no tokens; give at least one character")
+    return list(token_ids)

@@ -1,0 +1,80 @@
+"""A generation request and its per-request statistics."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from specdec.acceptance import AcceptanceMode
+from specdec.sampling import SamplingParams
+
+
+class GenerationRequest(BaseModel):
+    """One generation. Validation errors name the offending field."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_ids: list[int] = Field(min_length=1)
+    max_tokens: int = Field(64, ge=1)
+    sampling: SamplingParams = SamplingParams()
+    seed: int = Field(default_factory=lambda: secrets.randbits(63), ge=0, lt=2**64)
+    stop: list[str] = Field(default_factory=list)
+    speculative: bool = True
+    num_draft_tokens: int = Field(5, ge=1, le=64)
+    acceptance: AcceptanceMode = AcceptanceMode.REJECTION
+    draft_top_k: int = Field(32, ge=1)
+    ignore_eos: bool = False
+
+    @model_validator(mode="after")
+    def _greedy_means_greedy(self) -> GenerationRequest:
+        if self.sampling.is_greedy and self.acceptance is not AcceptanceMode.GREEDY:
+            object.__setattr__(self, "acceptance", AcceptanceMode.GREEDY)
+        return self
+
+    @property
+    def effective_acceptance(self) -> AcceptanceMode:
+        """Target-only decoding samples with the keyed noise, so it *is* the coupled reference."""
+        if self.speculative or self.acceptance is AcceptanceMode.GREEDY:
+            return self.acceptance
+        return AcceptanceMode.COUPLED
+
+
+@dataclass
+class GenerationStats:
+    rounds: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    fallback: bool = False
+    proposed_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    def record_round(self, num_candidates: int, num_accepted: int) -> None:
+        self.rounds += 1
+        self.draft_tokens += num_candidates
+        self.accepted_tokens += num_accepted
+        grow = num_candidates - len(self.proposed_per_position)
+        if grow > 0:
+            self.proposed_per_position.extend([0] * grow)
+            self.accepted_per_position.extend([0] * grow)
+        for position in range(num_candidates):
+            self.proposed_per_position[position] += 1
+            self.accepted_per_position[position] += position < num_accepted
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "rounds": self.rounds,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "acceptance_rate": round(self.acceptance_rate, 6),
+            "fallback": self.fallback,
+            "acceptance_by_position": [
+                round(accepted / proposed, 6) if proposed else 0.0
+                for accepted, proposed in zip(self.accepted_per_position, self.proposed_per_position)
+            ],
+        }

@@ -1,0 +1,32 @@
+"""N-gram prompt lookup drafter."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.acceptance import AcceptanceMode
+from specdec.drafters import DraftRequest, NgramDrafter
+from specdec.drafters.ngram import lookup_continuation
+from specdec.sampling import SamplingParams
+
+
+def test_lookup_follows_latest_match_of_longest_suffix():
+    tokens = [1, 2, 3, 9, 1, 2, 3, 4, 5, 6, 1, 2, 3]
+    assert lookup_continuation(tokens, 3, max_ngram=3, min_ngram=1) == [4, 5, 6]
+
+
+def test_lookup_falls_back_to_shorter_ngrams_and_to_nothing():
+    assert lookup_continuation([5, 6, 7, 8, 6], 2, max_ngram=3, min_ngram=1) == [7, 8]
+    assert lookup_continuation([1, 2, 3, 4], 2, max_ngram=3, min_ngram=1) == []
+    assert lookup_continuation([1, 2, 1], 0, max_ngram=3, min_ngram=1) == []
+
+
+def test_session_tracks_feedback_and_sends_point_mass_q():
+    request = DraftRequest([1, 2, 3, 4, 1, 2], SamplingParams(), AcceptanceMode.REJECTION, seed=0, vocab_size=10)
+    session = NgramDrafter().open(request)
+    block = session.propose(3)
+    assert block.candidate_ids.tolist() == [3, 4, 1]
+    assert block.draft_probs.token_ids.flatten().tolist() == [3, 4, 1]
+    assert torch.equal(block.draft_probs.probs, torch.ones(3, 1, dtype=torch.float64))
+    session.feedback(1, [7])  # kept 3, target appended 7
+    assert session.committed.token_ids == [1, 2, 3, 4, 1, 2, 3, 7]

@@ -1,0 +1,235 @@
+"""The in-process speculative loop on the tiny pair: lossless, exact stopping, honest stats."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy import stats
+
+from specdec import generation
+from specdec.acceptance import RoundVerdict
+from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.errors import DraftUnavailableError, InvalidRequestError
+from specdec.generation import SpeculativeGenerator
+from specdec.kv_cache import CachedSequence
+from specdec.models import LoadedModel
+from specdec.request import GenerationRequest
+from specdec.sampling import SamplingParams, processed_probs
+
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+GREEDY = SamplingParams(temperature=0)
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(tiny_target):
+    return tiny_target.tokenizer(PROMPT)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def drafters(tiny_target, tiny_draft):
+    return {
+        "model": ModelDrafter(tiny_draft.model),
+        "layer_skip": layer_skip_drafter(tiny_target.model, 2),
+        "ngram": NgramDrafter(),
+    }
+
+
+def _run(target, drafter, prompt_ids, **fields):
+    request = GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 40, "ignore_eos": True, **fields})
+    return SpeculativeGenerator(target, drafter).generate(request)
+
+
+@pytest.mark.parametrize("method", ["model", "layer_skip", "ngram"])
+@pytest.mark.parametrize("num_draft_tokens", [1, 3, 5, 8])
+def test_greedy_speculative_equals_greedy_target_only(tiny_target, drafters, prompt_ids, method, num_draft_tokens):
+    reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    result = _run(tiny_target, drafters[method], prompt_ids, sampling=GREEDY, num_draft_tokens=num_draft_tokens)
+    assert result.token_ids == reference.token_ids
+    assert result.stats.draft_tokens > 0  # speculation really happened
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_coupled_is_token_identical_to_target_only_with_the_same_seed(tiny_target, drafters, prompt_ids, temperature, seed):
+    sampling = SamplingParams(temperature=temperature)
+    reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=seed, speculative=False)
+    for drafter in drafters.values():
+        result = _run(tiny_target, drafter, prompt_ids, sampling=sampling, seed=seed, acceptance="coupled")
+        assert result.token_ids == reference.token_ids
+    assert reference.token_ids != _run(tiny_target, None, prompt_ids, sampling=sampling, seed=seed + 1, speculative=False).token_ids
+
+
+def test_spec_off_is_the_coupled_reference_even_for_rejection_requests(tiny_target, prompt_ids):
+    sampling = SamplingParams(temperature=1.0)
+    as_rejection = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=4, speculative=False, acceptance="rejection")
+    as_coupled = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=4, speculative=False, acceptance="coupled")
+    assert as_rejection.token_ids == as_coupled.token_ids
+
+
+# --- Rejection at temperature 1: the first two tokens follow the target's exact joint law --------
+
+TRIALS = 1500
+JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
+
+
+def _exact_joint(target: LoadedModel, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
+    lm = CachedSequence(target.model)
+    first = processed_probs(lm.advance(prompt_ids)[-1].double(), JOINT_SAMPLING)
+    joint = {}
+    for token in first.nonzero().flatten().tolist():
+        second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), JOINT_SAMPLING)
+        for next_token in second.nonzero().flatten().tolist():
+            joint[(token, next_token)] = float(first[token] * second[next_token])
+    return joint
+
+
+def _joint_p_value(target, drafter, prompt_ids) -> float:
+    expected = _exact_joint(target, prompt_ids)
+    counts = dict.fromkeys(expected, 0)
+    generator = SpeculativeGenerator(target, drafter)
+    for seed in range(TRIALS):
+        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3, ignore_eos=True)
+        pair = tuple(generator.generate(request).token_ids[:2])
+        if pair not in counts:
+            return 0.0  # a pair the target can never produce
+        counts[pair] += 1
+    observed = [counts[pair] for pair in expected]
+    return float(stats.chisquare(observed, [expected[pair] * TRIALS for pair in expected]).pvalue)
+
+
+def test_rejection_joint_of_first_two_tokens_matches_target(tiny_target, tiny_draft, prompt_ids):
+    assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) > 1e-3
+
+
+def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids, monkeypatch):
+    def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
+        bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
+        return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
+
+    monkeypatch.setattr(generation, "rejection_accept", always_accept)
+    # A draft that is clearly not the target (its upper layers are missing) must be caught.
+    assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) < 1e-3
+
+
+# --- Acceptance bookkeeping ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("acceptance,sampling", [("greedy", GREEDY), ("coupled", SamplingParams(temperature=0.8))])
+def test_draft_equal_to_target_is_always_accepted(tiny_target, prompt_ids, acceptance, sampling):
+    result = _run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=sampling, acceptance=acceptance, seed=3)
+    assert result.stats.acceptance_rate == 1.0
+    assert result.stats.accepted_per_position == result.stats.proposed_per_position
+
+
+def test_draft_equal_to_target_with_full_q_is_accepted_under_rejection(tiny_target, prompt_ids):
+    result = _run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=SamplingParams(), seed=3, draft_top_k=tiny_target.vocab_size)
+    assert result.stats.acceptance_rate > 0.99
+
+
+def test_stats_count_rounds_and_tokens(tiny_target, drafters, prompt_ids):
+    result = _run(tiny_target, drafters["model"], prompt_ids, sampling=GREEDY, num_draft_tokens=4, max_tokens=30)
+    stats_ = result.stats
+    assert stats_.rounds > 0 and stats_.draft_tokens <= 4 * stats_.rounds
+    # Every round emits its accepted tokens plus one; only a final 1-token budget skips drafting.
+    assert len(result.token_ids) == 30 and stats_.accepted_tokens + stats_.rounds in (29, 30)
+    assert sum(stats_.accepted_per_position) == stats_.accepted_tokens
+    assert 0 < stats_.acceptance_rate <= 1
+
+
+# --- Exact stopping ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 5, 6])
+def test_max_tokens_is_exact(tiny_target, drafters, prompt_ids, max_tokens):
+    reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    result = _run(tiny_target, drafters["model"], prompt_ids, sampling=GREEDY, num_draft_tokens=5, max_tokens=max_tokens)
+    assert result.token_ids == reference.token_ids[:max_tokens]
+    assert result.finish_reason == "length"
+    assert result.stats.draft_tokens <= max(0, max_tokens - 1) * result.stats.rounds
+
+
+def test_eos_inside_an_accepted_block_ends_generation_there(tiny_target, prompt_ids):
+    reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    eos_index = next(i for i in range(3, 40) if reference.token_ids[i] not in reference.token_ids[:i])
+    eos_id = reference.token_ids[eos_index]
+    original = tiny_target.model.generation_config.eos_token_id
+    tiny_target.model.generation_config.eos_token_id = eos_id
+    try:
+        # The draft is the target itself, so the EOS token arrives inside an accepted block.
+        result = _run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=GREEDY, num_draft_tokens=8, ignore_eos=False)
+    finally:
+        tiny_target.model.generation_config.eos_token_id = original
+    assert result.token_ids == reference.token_ids[:eos_index]
+    assert result.finish_reason == "stop"
+    assert result.stats.rounds == 1 and result.stats.accepted_tokens == 8
+
+
+def test_stop_string_across_a_token_boundary(tiny_target, drafters, prompt_ids):
+    reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    tokenizer = tiny_target.tokenizer
+    head = tokenizer.decode(reference.token_ids[:6])
+    pieces = [tokenizer.decode([token]) for token in reference.token_ids[6:8]]
+    assert len(pieces[0]) >= 1 and len(pieces[1]) >= 1
+    stop = pieces[0][-1] + pieces[1][:1]  # last char of token 6 + first char of token 7
+    expected_text = reference.text[: reference.text.find(stop)]
+    assert len(expected_text) <= len(head) + len(pieces[0]) - 1
+    result = _run(tiny_target, drafters["model"], prompt_ids, sampling=GREEDY, stop=[stop])
+    assert result.text == expected_text
+    assert result.finish_reason == "stop"
+    assert stop not in result.text
+
+
+# --- Failure handling --------------------------------------------------------------------------
+
+class _FailingDrafter:
+    """Stands in for a draft service that dies mid-request."""
+
+    name = "failing"
+
+    def __init__(self, inner, fail_after: int) -> None:
+        self.inner, self.fail_after = inner, fail_after
+
+    def open(self, request):
+        session, budget = self.inner.open(request), [self.fail_after]
+
+        class Session:
+            def propose(self, num_tokens):
+                budget[0] -= 1
+                if budget[0] < 0:
+                    raise DraftUnavailableError("draft service went away")
+                return session.propose(num_tokens)
+
+            def feedback(self, num_accepted, appended_ids):
+                session.feedback(num_accepted, appended_ids)
+
+            def close(self):
+                session.close()
+
+        return Session()
+
+
+def test_a_failing_drafter_falls_back_to_target_only_and_completes(tiny_target, drafters, prompt_ids):
+    sampling = SamplingParams(temperature=0.9)
+    reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=8, speculative=False)
+    result = _run(tiny_target, _FailingDrafter(drafters["model"], fail_after=2), prompt_ids, sampling=sampling, seed=8, acceptance="coupled")
+    assert result.token_ids == reference.token_ids
+    assert result.stats.fallback is True and result.stats.rounds == 2
+
+
+def test_prompt_that_fills_the_context_is_refused_naming_both_sizes(tiny_target):
+    too_long = [5] * tiny_target.max_context
+    with pytest.raises(InvalidRequestError, match=f"{tiny_target.max_context}"):
+        _run(tiny_target, None, too_long, sampling=GREEDY)
+
+
+def test_generation_stops_at_the_context_window(tiny_target, drafters):
+    prompt = [5] * (tiny_target.max_context - 3)
+    result = _run(tiny_target, drafters["model"], prompt, sampling=GREEDY, max_tokens=50)
+    assert len(result.token_ids) == 3 and result.finish_reason == "length"
+
+
+def test_int8_draft_is_still_lossless(tiny_target, tiny_pair_paths, prompt_ids):
+    from specdec.models import load_model
+
+    quantized = load_model(tiny_pair_paths.draft, device="cpu", dtype="float32", quantize="int8")
+    reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    result = _run(tiny_target, ModelDrafter(quantized.model), prompt_ids, sampling=GREEDY)
+    assert result.token_ids == reference.token_ids and result.stats.acceptance_rate > 0.3

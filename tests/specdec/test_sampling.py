@@ -1,0 +1,67 @@
+"""Sampling transforms define the target distribution p."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from specdec.sampling import SamplingParams, densify, processed_probs, sparse_top_k
+
+LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]], dtype=torch.float64)
+
+
+def test_plain_temperature_one_is_softmax():
+    assert torch.allclose(processed_probs(LOGITS, SamplingParams()), torch.softmax(LOGITS, -1))
+
+
+def test_temperature_scales_logits():
+    assert torch.allclose(processed_probs(LOGITS, SamplingParams(temperature=0.5)), torch.softmax(LOGITS / 0.5, -1))
+
+
+def test_greedy_is_one_hot_argmax():
+    assert processed_probs(LOGITS, SamplingParams(temperature=0)).tolist() == [[1.0, 0.0, 0.0, 0.0, 0.0]]
+
+
+def test_top_k_keeps_k_largest_renormalised():
+    probs = processed_probs(LOGITS, SamplingParams(top_k=2))
+    expected = torch.softmax(torch.tensor([2.0, 1.0], dtype=torch.float64), -1)
+    assert torch.allclose(probs[0, :2], expected) and probs[0, 2:].sum() == 0
+
+
+def test_top_p_keeps_smallest_set_reaching_mass():
+    full = torch.softmax(LOGITS, -1)[0]  # ~[0.57, 0.21, 0.13, 0.08, 0.03]
+    probs = processed_probs(LOGITS, SamplingParams(top_p=0.7))[0]
+    assert (probs > 0).tolist() == [True, True, False, False, False]
+    assert torch.allclose(probs[:2], full[:2] / full[:2].sum())
+    assert (processed_probs(LOGITS, SamplingParams(top_p=0.01))[0] > 0).sum() == 1  # top token always kept
+
+
+def test_min_p_drops_tokens_below_fraction_of_top():
+    probs = processed_probs(LOGITS, SamplingParams(min_p=0.3))[0]
+    full = torch.softmax(LOGITS, -1)[0]
+    assert ((probs > 0) == (full >= 0.3 * full.max())).all()
+    assert torch.isclose(probs.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_transforms_apply_per_row():
+    logits = torch.randn(4, 3, 50, generator=torch.Generator().manual_seed(0))
+    probs = processed_probs(logits, SamplingParams(top_k=5, top_p=0.8))
+    assert probs.shape == logits.shape
+    assert torch.allclose(probs.sum(-1), torch.ones(4, 3))
+    assert ((probs > 0).sum(-1) <= 5).all()
+
+
+@pytest.mark.parametrize("field,value", [("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.01), ("top_k", -1), ("min_p", 2.0)])
+def test_out_of_range_parameters_name_the_field(field, value):
+    with pytest.raises(ValidationError, match=field):
+        SamplingParams(**{field: value})
+
+
+def test_sparse_top_k_renormalises_and_densify_restores_support():
+    probs = torch.softmax(LOGITS[0], -1)
+    sparse = sparse_top_k(probs, draft_top_k=3)
+    assert sparse.token_ids.tolist() == [0, 1, 2]
+    assert torch.isclose(sparse.probs.sum(), torch.tensor(1.0, dtype=torch.float64))
+    dense = densify(sparse, vocab_size=5)
+    assert torch.allclose(dense[:3], probs[:3] / probs[:3].sum()) and dense[3:].sum() == 0
