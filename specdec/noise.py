@@ -8,34 +8,38 @@ bits come out on CPU and CUDA: the hash uses only exact integer arithmetic.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 
 _MASK32 = 0xFFFFFFFF
-_TWO_POW_53 = float(2**53)
-
-
-def _mul32(values: torch.Tensor, constant: int) -> torch.Tensor:
-    """(values * constant) mod 2**32 for values < 2**32, without overflowing int64."""
-    low = (values & 0xFFFF) * constant
-    high = ((values >> 16) * constant) & 0xFFFF
-    return (low + (high << 16)) & _MASK32
+_TWO_POW_32 = float(2**32)
 
 
 def _mix32(values: torch.Tensor) -> torch.Tensor:
-    """MurmurHash3's 32-bit finaliser: a bijection that scrambles every input bit."""
+    """A 32-bit integer hash (xorshift-multiply, bijective on [0, 2**32)).
+
+    NOTE: both multipliers are odd and below 2**31, so value * multiplier < 2**63 never
+    overflows int64: the result is exact, hence identical on every device.
+    """
     values = values ^ (values >> 16)
-    values = _mul32(values, 0x85EBCA6B)
-    values = values ^ (values >> 13)
-    values = _mul32(values, 0xC2B2AE35)
+    values = (values * 0x7FEB352D) & _MASK32
+    values = values ^ (values >> 15)
+    values = (values * 0x2C1B3C6D) & _MASK32
     return values ^ (values >> 16)
 
 
-def _position_keys(seed: int, positions: torch.Tensor, stream: int) -> torch.Tensor:  # [n, 1]
+@lru_cache(maxsize=8)
+def _token_keys(vocab_size: int, device: torch.device) -> torch.Tensor:  # [vocab]
+    token_ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
+    return _mix32(_mix32(token_ids ^ 0x5BD1E995) ^ 0x68E31DA4)
+
+
+def _position_keys(seed: int, positions: torch.Tensor) -> torch.Tensor:  # [n, 1]
     seed_bits = seed & 0xFFFFFFFFFFFFFFFF
-    key = _mix32(torch.tensor([(seed_bits & _MASK32) ^ (stream * 0x9E3779B9 & _MASK32)], dtype=torch.int64))
-    key = _mix32(key ^ (seed_bits >> 32))
-    key = key.to(positions.device)
-    return _mix32(key ^ _mix32(positions.long() & _MASK32)).unsqueeze(-1)
+    key = _mix32(torch.tensor([seed_bits & _MASK32], dtype=torch.int64))
+    key = _mix32(key ^ (seed_bits >> 32)).to(positions.device)
+    return _mix32(_mix32(key ^ (positions.long() & _MASK32)) + 0x9E3779B9 & _MASK32).unsqueeze(-1)
 
 
 def keyed_uniform(
@@ -43,13 +47,8 @@ def keyed_uniform(
     positions: torch.Tensor,  # [n] absolute positions in the token sequence
     vocab_size: int,
 ) -> torch.Tensor:  # [n, vocab] float64 in the open interval (0, 1)
-    token_ids = torch.arange(vocab_size, dtype=torch.int64, device=positions.device)
-    token_keys = _mix32(token_ids ^ 0x5BD1E995)
-    # Two independent 32-bit hashes give 53 random bits, the full precision of a float64.
-    high = _mix32(_position_keys(seed, positions, stream=1) ^ token_keys) >> 6  # 26 bits
-    low = _mix32(_position_keys(seed, positions, stream=2) ^ token_keys) >> 5  # 27 bits
-    bits = (high << 27) | low
-    return (bits.double() + 0.5) / _TWO_POW_53
+    bits = _mix32(_position_keys(seed, positions) ^ _token_keys(vocab_size, positions.device))
+    return (bits.double() + 0.5) / _TWO_POW_32
 
 
 def keyed_gumbel(
