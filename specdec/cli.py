@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import re
 import sys
@@ -100,10 +99,6 @@ def _fail(message: str) -> int:
         message = re.sub(rf"(?<![-\w.]){re.escape(field)}:", f"{flag}:", message)
     print(f"specdec: error: {message}", file=sys.stderr)
     return 1
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 
 import yaml
 
-from specdec.cli import configure_logging
 from specdec.config import SpecdecConfig, load_config
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
 def _quiet_transformers(log_level: str) -> None:
@@ -39,7 +43,8 @@ def _config_from_generate_flags(args: argparse.Namespace) -> SpecdecConfig:
 
 def generate(args: argparse.Namespace) -> int:
     config = _config_from_generate_flags(args)
-    configure_logging(config.observability.log_level if config.observability.log_level != "info" else "warning")
+    # stderr carries the stats line and errors; model-loading chatter only at debug.
+    configure_logging("debug" if config.observability.log_level == "debug" else "warning")
     _quiet_transformers(config.observability.log_level)
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p)
     request = GenerationRequest(

@@ -95,7 +95,7 @@ class SpeculativeGenerator:
         draft_request = DraftRequest(
             prompt_ids=list(request.prompt_ids),
             sampling=request.sampling,
-            acceptance=request.acceptance,
+            acceptance=request.effective_acceptance,
             seed=request.seed,
             vocab_size=self.target.vocab_size,
             draft_top_k=request.draft_top_k,

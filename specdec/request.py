@@ -28,17 +28,18 @@ class GenerationRequest(BaseModel):
     ignore_eos: bool = False
 
     @model_validator(mode="after")
-    def _greedy_means_greedy(self) -> GenerationRequest:
-        if self.sampling.is_greedy and self.acceptance is not AcceptanceMode.GREEDY:
-            object.__setattr__(self, "acceptance", AcceptanceMode.GREEDY)
+    def _greedy_acceptance_needs_greedy_sampling(self) -> GenerationRequest:
+        if self.acceptance is AcceptanceMode.GREEDY and not self.sampling.is_greedy:
+            raise ValueError("acceptance=greedy would change the output at temperature > 0; use rejection or coupled")
         return self
 
     @property
     def effective_acceptance(self) -> AcceptanceMode:
-        """Target-only decoding samples with the keyed noise, so it *is* the coupled reference."""
-        if self.speculative or self.acceptance is AcceptanceMode.GREEDY:
-            return self.acceptance
-        return AcceptanceMode.COUPLED
+        """Greedy at temperature 0. Target-only decoding samples with the keyed noise, so it *is*
+        the coupled reference whatever acceptance the request named."""
+        if self.sampling.is_greedy:
+            return AcceptanceMode.GREEDY
+        return self.acceptance if self.speculative else AcceptanceMode.COUPLED
 
 
 @dataclass

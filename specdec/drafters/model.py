@@ -62,7 +62,7 @@ class ModelDraftSession:
 
     def _choose(self, draft_probs: torch.Tensor, position: int) -> tuple[int, SparseDistribution | None]:
         request = self.request
-        if request.sampling.is_greedy or request.acceptance is AcceptanceMode.GREEDY:
+        if request.acceptance is AcceptanceMode.GREEDY:
             return int(draft_probs.argmax()), None
         if request.acceptance is AcceptanceMode.COUPLED:
             gumbel = keyed_gumbel(request.seed, torch.tensor([position], device=draft_probs.device), draft_probs.shape[-1])

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import AutoTokenizer
 
 TIMEOUT_S = 180
 GENERATE = ("generate", "--prompt", "hello", "--max-tokens", "8", "--seed", "1")
@@ -36,23 +35,6 @@ class Run:
     stderr: str
 
 
-def _other_tokenizer() -> PreTrainedTokenizerFast:
-    """Same special tokens as the tiny pair, BPE trained on other text: the ids mean other things."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=512,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    corpus = ["Zebras vex quartz jukeboxes; 0123456789 + 9876543210 = 9999999999.\n"] * 10
-    corpus += ["Pack my box with five dozen liquor jugs, whizzing klaxons buzz nightly.\n"] * 10
-    tokenizer.train_from_iterator(corpus, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-
-
 def _run_cli(args: tuple[str, ...]) -> Run:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SPECDEC_")}
     # One thread each: the processes run side by side, and oversubscribed BLAS threads thrash.
@@ -63,11 +45,11 @@ def _run_cli(args: tuple[str, ...]) -> Run:
 
 
 @pytest.fixture(scope="module")
-def work_dir(tmp_path_factory, tiny_pair_paths) -> Path:
+def work_dir(tmp_path_factory, tiny_pair_paths, foreign_tokenizer) -> Path:
     root = tmp_path_factory.mktemp("cli")
     (root / "seed.yaml").write_text(SEED_YAML)
     shutil.copytree(tiny_pair_paths.draft, root / "foreign-draft")
-    _other_tokenizer().save_pretrained(root / "foreign-draft")
+    foreign_tokenizer.save_pretrained(root / "foreign-draft")
     return root
 
 

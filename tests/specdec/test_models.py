@@ -2,32 +2,13 @@
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from torch import nn
-from transformers import PreTrainedTokenizerFast
 
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
 from specdec.models import LoadedModel, check_vocab_compatible, load_model, resolve_device, resolve_dtype
 from specdec.quantization import Int8WeightOnlyLinear
 
 SENTENCE = "Once upon a time the people who lived by the river walked to the market and talked about the weather."
-
-
-def other_tokenizer() -> PreTrainedTokenizerFast:
-    """A byte-level BPE with the tiny pair's special tokens, trained on different text: other ids."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=512,
-        special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    corpus = ["Zebras vex quartz jukeboxes; 0123456789 + 9876543210 = 9999999999.\n"] * 10
-    corpus += ["Pack my box with five dozen liquor jugs, whizzing klaxons buzz nightly.\n"] * 10
-    tokenizer.train_from_iterator(corpus, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 
 def test_loads_tiny_hf_directory(tiny_target):
@@ -77,8 +58,8 @@ def test_tiny_pair_vocabularies_are_compatible(tiny_target, tiny_draft):
     check_vocab_compatible(tiny_target, tiny_draft)
 
 
-def test_draft_with_differently_mapped_tokenizer_is_refused(tiny_target, tiny_draft):
-    tokenizer = other_tokenizer()
+def test_draft_with_differently_mapped_tokenizer_is_refused(tiny_target, tiny_draft, foreign_tokenizer):
+    tokenizer = foreign_tokenizer
     assert tokenizer.get_vocab() != tiny_target.tokenizer.get_vocab()
     draft = LoadedModel(model=tiny_draft.model, tokenizer=tokenizer, source="x")
     with pytest.raises(IncompatibleVocabularyError, match="incompatible"):
