@@ -26,6 +26,8 @@ class GenerationRequest(BaseModel):
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
     ignore_eos: bool = False
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=20)
 
     @model_validator(mode="after")
     def _greedy_acceptance_needs_greedy_sampling(self) -> GenerationRequest:

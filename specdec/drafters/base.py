@@ -35,6 +35,7 @@ class DraftBlock:
     candidate_ids: torch.Tensor  # [k] int64, on the CPU
     # [k, n] the sparse q each candidate was sampled from; None where the rule ignores q.
     draft_probs: SparseDistribution | None = None
+    compute_ms: float = 0.0  # the drafter's own compute time for this block
 
     def __len__(self) -> int:
         return int(self.candidate_ids.shape[0])

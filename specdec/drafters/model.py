@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -38,10 +40,9 @@ class ModelDraftSession:
         self.generator = torch.Generator().manual_seed((request.seed ^ _DRAFT_SEED_SALT) & 0xFFFFFFFFFFFFFFFF)
 
     def propose(self, num_tokens: int) -> DraftBlock:
-        if num_tokens <= 0:
-            block = DraftBlock.empty()
-        else:
-            block = self._draft(num_tokens)
+        started = time.perf_counter()
+        block = self._draft(num_tokens) if num_tokens > 0 else DraftBlock.empty()
+        block = replace(block, compute_ms=(time.perf_counter() - started) * 1000)
         self.committed.record_block(block)
         return block
 

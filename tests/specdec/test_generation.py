@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import stats
 
-from specdec import generation
+from specdec import target_session
 from specdec.acceptance import RoundVerdict
 from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.errors import DraftUnavailableError, InvalidRequestError
@@ -106,7 +106,7 @@ def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_targ
         bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
         return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
-    monkeypatch.setattr(generation, "rejection_accept", always_accept)
+    monkeypatch.setattr(target_session, "rejection_accept", always_accept)
     # A draft that is clearly not the target (its upper layers are missing) must be caught.
     assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) < 1e-3
 
@@ -216,14 +216,47 @@ def test_a_failing_drafter_falls_back_to_target_only_and_completes(tiny_target, 
 
 def test_prompt_that_fills_the_context_is_refused_naming_both_sizes(tiny_target):
     too_long = [5] * tiny_target.max_context
-    with pytest.raises(InvalidRequestError, match=f"{tiny_target.max_context}"):
+    with pytest.raises(InvalidRequestError, match=f"{tiny_target.max_context} tokens but the model's context is {tiny_target.max_context}"):
         _run(tiny_target, None, too_long, sampling=GREEDY)
 
 
-def test_generation_stops_at_the_context_window(tiny_target, drafters):
+def test_prompt_plus_max_tokens_over_the_context_is_refused(tiny_target):
     prompt = [5] * (tiny_target.max_context - 3)
-    result = _run(tiny_target, drafters["model"], prompt, sampling=GREEDY, max_tokens=50)
+    with pytest.raises(InvalidRequestError, match="max_tokens"):
+        _run(tiny_target, None, prompt, sampling=GREEDY, max_tokens=4)
+
+
+def test_generation_may_fill_the_context_exactly(tiny_target, drafters):
+    prompt = [5] * (tiny_target.max_context - 3)
+    result = _run(tiny_target, drafters["model"], prompt, sampling=GREEDY, max_tokens=3)
     assert len(result.token_ids) == 3 and result.finish_reason == "length"
+
+
+def test_prompt_ids_outside_the_vocabulary_are_refused(tiny_target):
+    with pytest.raises(InvalidRequestError, match="prompt_ids"):
+        _run(tiny_target, None, [1, tiny_target.vocab_size], sampling=GREEDY)
+
+
+def test_logprobs_are_the_target_log_softmax_of_emitted_tokens(tiny_target, drafters, prompt_ids):
+    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=6, sampling=GREEDY, logprobs=True, top_logprobs=3, ignore_eos=True)
+    chunks = list(SpeculativeGenerator(tiny_target, drafters["model"]).stream(request))
+    logprobs = [entry for chunk in chunks for entry in chunk.logprobs]
+    token_ids = [token for chunk in chunks for token in chunk.token_ids]
+    assert [entry.token_id for entry in logprobs] == token_ids
+    with torch.inference_mode():
+        logits = tiny_target.model(input_ids=torch.tensor([prompt_ids + token_ids])).logits[0, len(prompt_ids) - 1 : -1]
+    expected = torch.log_softmax(logits, -1)
+    for row, entry in enumerate(logprobs):
+        assert entry.logprob == pytest.approx(float(expected[row, entry.token_id]), abs=1e-4)
+        assert [token for token, _ in entry.top] == expected[row].topk(3).indices.tolist()
+        assert entry.top[0][0] == entry.token_id  # greedy picks the top token
+
+
+def test_rounds_report_their_timing(tiny_target, drafters, prompt_ids):
+    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=12, sampling=GREEDY, ignore_eos=True)
+    rounds = [chunk.round for chunk in SpeculativeGenerator(tiny_target, drafters["model"]).stream(request)]
+    assert all(info.target_ms > 0 and info.draft_ms >= 0 and info.transport_ms >= 0 for info in rounds)
+    assert any(info.draft_ms > 0 for info in rounds) and sum(info.num_candidates for info in rounds) > 0
 
 
 def test_int8_draft_is_still_lossless(tiny_target, tiny_pair_paths, prompt_ids):

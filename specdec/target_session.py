@@ -1,0 +1,87 @@
+"""The verifier's side of one generation: target KV cache, committed tokens, acceptance, output.
+
+`step(block)` verifies one block of draft candidates in a single target forward pass. The
+in-process generator, the verify service's Generate (remote drafter) and its Verify (the client
+is the drafter) all drive this one class.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from specdec.acceptance import AcceptanceMode, RoundVerdict, coupled_accept, greedy_accept, rejection_accept
+from specdec.drafters.base import DraftBlock
+from specdec.errors import InvalidRequestError
+from specdec.kv_cache import CachedSequence
+from specdec.models import LoadedModel
+from specdec.noise import keyed_gumbel
+from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
+from specdec.request import GenerationRequest
+from specdec.sampling import processed_probs
+
+
+class TargetSession:
+    def __init__(self, target: LoadedModel, request: GenerationRequest) -> None:
+        check_request_fits(target, request)
+        self.target = target
+        self.request = request
+        self.mode = request.effective_acceptance
+        self.lm = CachedSequence(target.model)
+        self.committed = list(request.prompt_ids)
+        self.output = OutputTracker(target, request)
+        # One generator per request, on the CPU so a seed means the same tokens on any device.
+        self.generator = torch.Generator().manual_seed(request.seed)
+
+    @property
+    def finished(self) -> bool:
+        return self.output.finish_reason is not None
+
+    def draft_budget(self) -> int:
+        """Most candidates the next block may hold: each round also emits one target token."""
+        return max(0, min(self.request.num_draft_tokens, self.output.remaining - 1))
+
+    def step(self, block: DraftBlock) -> tuple[RoundVerdict, GenerationChunk]:
+        started = time.perf_counter()
+        num_candidates = len(block)
+        logits = self.lm.advance(self.committed + block.candidate_ids.tolist(), num_candidates + 1)  # [k + 1, vocab]
+        verdict = self._accept(block, logits)
+        self.committed.extend(verdict.token_ids)
+        chunk = self.output.push(verdict.token_ids)
+        if self.request.logprobs:
+            chunk.logprobs = token_logprobs(logits, chunk.token_ids, self.request.top_logprobs)
+        target_ms = (time.perf_counter() - started) * 1000
+        chunk.round = RoundInfo(num_candidates, verdict.num_accepted, draft_ms=block.compute_ms, target_ms=target_ms)
+        return verdict, chunk
+
+    def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
+        target_probs = processed_probs(logits, self.request.sampling)  # [k + 1, vocab]
+        candidate_ids = block.candidate_ids.to(logits.device)
+        if self.mode is AcceptanceMode.GREEDY:
+            return greedy_accept(candidate_ids, target_probs)
+        if self.mode is AcceptanceMode.COUPLED:
+            start = len(self.committed)
+            positions = torch.arange(start, start + len(block) + 1, device=logits.device)
+            return coupled_accept(candidate_ids, target_probs, keyed_gumbel(self.request.seed, positions, target_probs.shape[-1]))
+        draft_probs = block.draft_probs if block.draft_probs is not None else DraftBlock.empty().draft_probs
+        return rejection_accept(block.candidate_ids, draft_probs, target_probs, self.generator)
+
+    def close(self) -> None:
+        self.lm.release()
+
+
+def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:
+    """Refuse prompts with ids the model does not have, or that overflow its context."""
+    vocab_size = target.vocab_size
+    bad = next((token for token in request.prompt_ids if not 0 <= token < vocab_size), None)
+    if bad is not None:
+        raise InvalidRequestError("prompt_ids", f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    prompt_tokens, context = len(request.prompt_ids), target.max_context
+    if prompt_tokens >= context:
+        raise InvalidRequestError("prompt", f"the prompt has {prompt_tokens} tokens but the model's context is {context} tokens")
+    if prompt_tokens + request.max_tokens > context:
+        raise InvalidRequestError(
+            "max_tokens",
+            f"prompt ({prompt_tokens} tokens) + max_tokens ({request.max_tokens}) exceeds the model's context of {context} tokens",
+        )
