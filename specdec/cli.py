@@ -19,6 +19,11 @@ _FLAG_FOR_FIELD = {
     "model.layer_skip_layers": "--layer-skip-layers",
     "model.draft_quantization": "--draft-quantization",
     "speculative.draft_tokens": "--num-draft-tokens",
+    "draft_service.port": "--port",
+    "verify_service.port": "--port",
+    "draft_service.max_sessions": "--max-sessions",
+    "verify_service.max_sessions": "--max-sessions",
+    "verify_service.draft_round_timeout_ms": "--draft-round-timeout-ms",
     "speculative.acceptance": "--acceptance",
     "temperature": "--temperature",
     "top_p": "--top-p",
@@ -37,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("directory", metavar="DIR")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--config", help="accepted for uniformity; unused")
+    _add_serve(commands)
     show = commands.add_parser("config", help="configuration tools").add_subparsers(dest="config_command", required=True)
     show.add_parser("show", help="print the effective configuration as YAML").add_argument("--config")
     return parser
@@ -68,6 +74,35 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--json", action="store_true", help="print text, token_ids and stats as JSON")
 
 
+def _add_serve(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser("serve", help="run one service").add_subparsers(dest="service", required=True, metavar="SERVICE")
+    draft = serve.add_parser("draft", help="the draft service (gRPC, default port 50051)")
+    draft.add_argument("--draft", help="draft model (for --draft-method model)")
+    draft.add_argument("--target", help="target model (for --draft-method layer_skip: its first layers are the draft)")
+    draft.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    draft.add_argument("--layer-skip-layers", type=int)
+    draft.add_argument("--draft-quantization", choices=["int8"])
+    draft.add_argument("--draft-device", help="auto, cpu, cuda:N")
+    verify = serve.add_parser("verify", help="the target-verify service (gRPC, default port 50052)")
+    verify.add_argument("--target", help="target model: HF directory, .gguf file, bundled name or hub id")
+    verify.add_argument("--device", help="auto, cpu, cuda:N")
+    verify.add_argument("--draft-endpoint", help="HOST:PORT or dns:///HOST:PORT (round-robin over replicas)")
+    verify.add_argument("--no-draft", action="store_true", help="no draft service: target-only decoding")
+    verify.add_argument("--draft-round-timeout-ms", type=float, help="a draft block later than this falls back to the target")
+    verify.add_argument("--num-draft-tokens", type=int, help="default K per round")
+    verify.add_argument("--acceptance", choices=["rejection", "coupled"], help="default acceptance mode")
+    for parser in (draft, verify):
+        parser.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
+        parser.add_argument("--host", help="address to bind (default 0.0.0.0)")
+        parser.add_argument("--port", type=int)
+        parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, float64")
+        parser.add_argument("--max-sessions", type=int, help="concurrent streams before RESOURCE_EXHAUSTED")
+        parser.add_argument("--tls-cert", help="server certificate (PEM); enables TLS")
+        parser.add_argument("--tls-key", help="server private key (PEM)")
+        parser.add_argument("--tls-ca", help="CA bundle: verifies clients (mTLS) and, for verify, the draft service")
+        parser.add_argument("--tls-require-client-auth", action="store_true", default=None, help="mTLS: refuse clients without a certificate")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -85,7 +120,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")
     from specdec import commands  # deferred: torch/transformers load only for commands that need them
 
-    handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show}
+    handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve}
     return handlers[args.command](args)
 
 

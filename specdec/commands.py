@@ -98,3 +98,36 @@ def config_show(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
     return 0
+
+
+def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
+    section = "draft_service" if args.service == "draft" else "verify_service"
+    overrides = {
+        "model": {"dtype": args.dtype},
+        section: {"host": args.host, "port": args.port, "max_sessions": args.max_sessions},
+        "tls": {"cert_file": args.tls_cert, "key_file": args.tls_key, "ca_file": args.tls_ca, "require_client_auth": args.tls_require_client_auth},
+    }
+    if args.service == "draft":
+        overrides["model"].update(draft_path=args.draft, target_path=args.target, draft_method=args.draft_method,
+                                  layer_skip_layers=args.layer_skip_layers, draft_quantization=args.draft_quantization,
+                                  draft_device=args.draft_device)
+    else:
+        overrides["model"].update(target_path=args.target, device=args.device)
+        overrides[section].update(draft_endpoint="" if args.no_draft else args.draft_endpoint,
+                                  draft_round_timeout_ms=args.draft_round_timeout_ms)
+        overrides["speculative"] = {"draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance}
+    return overrides
+
+
+def serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    config = load_config(args.config, _serve_overrides(args))
+    configure_logging(config.observability.log_level)
+    _quiet_transformers(config.observability.log_level)
+    if args.service == "draft":
+        from draft_service.server import serve as run
+    else:
+        from verify_service.server import serve as run
+    asyncio.run(run(config))
+    return 0

@@ -70,6 +70,46 @@ class ObservabilitySection(_Section):
     log_level: str = Field("info", pattern="^(debug|info|warning|error|critical)$")
 
 
+class DraftServiceSection(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(50051, ge=0, le=65535)
+    metrics_port: int = Field(9101, ge=0, le=65535)
+    max_sessions: int = Field(256, ge=1)
+    grace_seconds: float = Field(5.0, ge=0, description="time open streams get on shutdown")
+
+
+class VerifyServiceSection(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(50052, ge=0, le=65535)
+    metrics_port: int = Field(9102, ge=0, le=65535)
+    # "host:port", or "dns:///host:port" to round-robin over every address the name resolves to.
+    draft_endpoint: str | None = "localhost:50051"
+    draft_round_timeout_ms: float = Field(2000.0, gt=0, description="a draft slower than this for one block is abandoned")
+    max_sessions: int = Field(64, ge=1)
+    default_max_tokens: int = Field(256, ge=1)
+    grace_seconds: float = Field(10.0, ge=0, description="time in-flight requests get on shutdown")
+
+
+class TlsSection(_Section):
+    """TLS between services. Server side: cert + key (+ ca_file and require_client_auth for mTLS);
+    client side: ca_file to trust, client cert + key for mTLS."""
+
+    cert_file: str | None = None
+    key_file: str | None = None
+    ca_file: str | None = None
+    require_client_auth: bool = False
+    client_cert_file: str | None = None
+    client_key_file: str | None = None
+
+    @property
+    def server_enabled(self) -> bool:
+        return bool(self.cert_file)
+
+    @property
+    def client_enabled(self) -> bool:
+        return bool(self.ca_file or self.client_cert_file)
+
+
 class SpecdecConfig(BaseSettings):
     """All settings. Precedence: command-line flags > SPECDEC_* env > the YAML file > defaults."""
 
@@ -79,6 +119,9 @@ class SpecdecConfig(BaseSettings):
     speculative: SpeculativeSection = SpeculativeSection()
     serving: ServingSection = ServingSection()
     observability: ObservabilitySection = ObservabilitySection()
+    draft_service: DraftServiceSection = DraftServiceSection()
+    verify_service: VerifyServiceSection = VerifyServiceSection()
+    tls: TlsSection = TlsSection()
 
 
 class _FileSource(PydanticBaseSettingsSource):

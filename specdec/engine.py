@@ -69,3 +69,22 @@ _DRAFTER_BUILDERS: dict[DraftMethod, Callable[[LoadedModel, LoadedModel | None, 
     DraftMethod.LAYER_SKIP: _layer_skip_drafter,
     DraftMethod.NGRAM: _ngram_drafter,
 }
+
+
+def load_draft_side(config: SpecdecConfig) -> tuple[Drafter, LoadedModel | None]:
+    """The drafter a draft service runs, and the model behind it (None for n-gram).
+
+    Layer-skip loads the target and keeps only its first layers, so the draft host holds no more
+    than the draft needs.
+    """
+    models = config.model
+    if models.draft_method is DraftMethod.NGRAM:
+        return NgramDrafter(), None
+    if models.draft_method is DraftMethod.MODEL:
+        draft = _load_draft(models)
+        return ModelDrafter(draft.model), draft
+    if not models.target_path:
+        raise SpecdecError("draft_method=layer_skip drafts with the target's first layers: set model.target_path or pass --target")
+    target = _load("model.target_path", models.target_path, device=models.draft_device, dtype=models.dtype)
+    drafter = _layer_skip_drafter(target, None, models)
+    return drafter, LoadedModel(model=drafter.model, tokenizer=target.tokenizer, source=target.source)

@@ -132,3 +132,13 @@ def check_vocab_compatible(target: LoadedModel, draft: LoadedModel) -> None:
         raise IncompatibleVocabularyError(
             f"draft vocabulary ({len(draft_vocab)} tokens) is larger than the target's logits ({target.vocab_size})"
         )
+
+
+def describe_memory(loaded: LoadedModel) -> str:
+    """Weight memory of a model, and the device's allocated memory on CUDA, for start-up logs."""
+    model = loaded.model
+    weight_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    text = f"{weight_bytes / 2**20:.1f} MiB of weights on {loaded.device}"
+    if loaded.device.type == "cuda":
+        text += f", {torch.cuda.memory_allocated(loaded.device) / 2**20:.1f} MiB allocated on the device"
+    return text

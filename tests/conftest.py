@@ -50,3 +50,111 @@ def foreign_tokenizer():
     corpus += ["Pack my box with five dozen liquor jugs, whizzing klaxons buzz nightly.\n"] * 10
     tokenizer.train_from_iterator(corpus, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+class EventLoopThread:
+    """An asyncio loop in a background thread, hosting in-process gRPC servers for the tests."""
+
+    def __init__(self) -> None:
+        import asyncio
+        import threading
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-grpc-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coroutine, timeout: float = 120):
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def service_loop():
+    loop_thread = EventLoopThread()
+    yield loop_thread
+    loop_thread.close()
+
+
+def start_draft_server(service_loop, drafter, model, **draft_settings):
+    """A DraftServer on a free loopback port, already SERVING."""
+    from draft_service.server import DraftServer
+    from draft_service.servicer import LoadedDrafter
+    from specdec.config import SpecdecConfig
+
+    config = SpecdecConfig(draft_service=draft_settings)
+    server = service_loop.run(_construct(DraftServer, config, "127.0.0.1:0"))
+    service_loop.run(server.start(LoadedDrafter(drafter, model)))
+    return server
+
+
+def start_verify_server(service_loop, target, draft_endpoint: str | None, **verify_settings):
+    """A VerifyServer on a free loopback port, already SERVING, drafting via `draft_endpoint`."""
+    from specdec.config import SpecdecConfig
+    from verify_service.server import VerifyServer
+
+    config = SpecdecConfig(verify_service={"draft_endpoint": draft_endpoint or "", **verify_settings})
+    server = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
+    service_loop.run(server.start(target))
+    return server
+
+
+async def _construct(server_class, config, address):
+    # grpc.aio servers must be created on the loop that runs them.
+    return server_class(config, address)
+
+
+@pytest.fixture
+def make_draft_server(service_loop):
+    """start_draft_server for one test; the servers it starts are stopped afterwards."""
+    started = []
+
+    def make(drafter, model, **draft_settings):
+        started.append(start_draft_server(service_loop, drafter, model, **draft_settings))
+        return started[-1]
+
+    yield make
+    for server in started:
+        service_loop.run(server.stop(0))
+
+
+@pytest.fixture
+def make_verify_server(service_loop):
+    """start_verify_server for one test; the servers it starts are stopped afterwards."""
+    started = []
+
+    def make(target, draft_endpoint, **verify_settings):
+        started.append(start_verify_server(service_loop, target, draft_endpoint, **verify_settings))
+        return started[-1]
+
+    yield make
+    for server in started:
+        service_loop.run(server.stop(0))
+
+
+@pytest.fixture(scope="session")
+def draft_server(service_loop, tiny_draft):
+    from specdec.drafters import ModelDrafter
+
+    server = start_draft_server(service_loop, ModelDrafter(tiny_draft.model), tiny_draft)
+    yield server
+    service_loop.run(server.stop(0))
+
+
+@pytest.fixture(scope="session")
+def verify_server(service_loop, tiny_target, draft_server):
+    server = start_verify_server(service_loop, tiny_target, f"127.0.0.1:{draft_server.port}")
+    yield server
+    service_loop.run(server.stop(0))
+
+
+@pytest.fixture(scope="session")
+def verify_client(verify_server):
+    from specdec.client import VerifyClient
+
+    with VerifyClient(f"127.0.0.1:{verify_server.port}") as client:
+        yield client

@@ -1,0 +1,1 @@
+"""The draft service: a thin gRPC transport over a specdec drafter."""

@@ -1,0 +1,76 @@
+"""Run the draft service: bind, report NOT_SERVING, load the drafter, then SERVING."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+
+from draft_service.servicer import DraftServicer, LoadedDrafter
+from specdec.config import SpecdecConfig
+from specdec.engine import load_draft_side
+from specdec.models import describe_memory
+from specdec.rpc.server import create_server as create_grpc_server
+from specdec.rpc.server import set_serving
+from specdec.v1 import draft_pb2, draft_pb2_grpc
+
+log = logging.getLogger(__name__)
+SERVICE_NAMES = [draft_pb2.DESCRIPTOR.services_by_name["DraftService"].full_name]
+
+
+class DraftServer:
+    """The draft service's gRPC server; `start()` binds and loads, `stop(grace)` drains."""
+
+    def __init__(self, config: SpecdecConfig, address: str | None = None) -> None:
+        settings = config.draft_service
+        self.config = config
+        self.servicer = DraftServicer(settings.max_sessions)
+        self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
+        draft_pb2_grpc.add_DraftServiceServicer_to_server(self.servicer, self.server)
+
+    async def start(self, loaded: LoadedDrafter | None = None) -> None:
+        await set_serving(self.health, SERVICE_NAMES, False)
+        await self.server.start()
+        log.info("draft service listening on port %d (NOT_SERVING while the drafter loads)", self.port)
+        if loaded is None:
+            loaded = await asyncio.get_running_loop().run_in_executor(None, _load, self.config)
+        self.servicer.set_drafter(loaded)
+        await set_serving(self.health, SERVICE_NAMES, True)
+        log.info("draft service SERVING on port %d with drafter %s", self.port, loaded.drafter.name)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await set_serving(self.health, SERVICE_NAMES, False)
+        await self.server.stop(grace)
+        self.servicer.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _load(config: SpecdecConfig) -> LoadedDrafter:
+    started = time.perf_counter()
+    drafter, model = load_draft_side(config)
+    memory = describe_memory(model) if model is not None else "no weights"
+    log.info("loaded %s drafter in %.1fs (%s)", drafter.name, time.perf_counter() - started, memory)
+    return LoadedDrafter(drafter, model)
+
+
+def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[DraftServer, int]:
+    """A draft server bound to `address` (port 0 picks one); call `await server.start()` next."""
+    server = DraftServer(config or SpecdecConfig(), address)
+    return server, server.port
+
+
+async def serve(config: SpecdecConfig) -> None:
+    """Run until SIGINT/SIGTERM, then drain for up to the configured grace period."""
+    server = DraftServer(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    await stop.wait()
+    log.info("draft service shutting down")
+    await server.stop(config.draft_service.grace_seconds)
+
+
+__all__ = ["DraftServer", "create_server", "serve"]

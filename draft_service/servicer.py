@@ -1,0 +1,125 @@
+"""DraftService: one Propose stream per generation, each holding one drafter session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import grpc
+
+from specdec.acceptance import AcceptanceMode
+from specdec.drafters.base import Drafter, DraftRequest, DraftSession
+from specdec.errors import InvalidRequestError, SpecdecError
+from specdec.models import LoadedModel
+from specdec.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
+from specdec.rpc.server import SessionLimit, abort_for
+from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
+
+log = logging.getLogger(__name__)
+DEFAULT_DRAFT_TOP_K = 32
+
+
+@dataclass
+class LoadedDrafter:
+    drafter: Drafter
+    model: LoadedModel | None  # None for model-free drafters (n-gram)
+
+    def status(self) -> dict:
+        if self.model is None:
+            return {"model": "", "vocab_fingerprint": "", "device": "cpu"}
+        return {"model": self.model.source, "vocab_fingerprint": vocab_fingerprint(self.model.tokenizer), "device": str(self.model.device)}
+
+
+class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
+    def __init__(self, max_sessions: int) -> None:
+        self.loaded: LoadedDrafter | None = None  # set once the model is loaded
+        self.sessions = SessionLimit(max_sessions)
+        self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
+        self._status: dict = {}
+
+    def set_drafter(self, loaded: LoadedDrafter) -> None:
+        self._status = loaded.status()
+        self.loaded = loaded
+
+    async def _run(self, function, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    async def Propose(self, request_iterator: AsyncIterator[draft_pb2.ProposeRequest], context: grpc.aio.ServicerContext):
+        if self.loaded is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the draft model is still loading")
+        async with self.sessions.hold(context):
+            opening = await anext(aiter(request_iterator), None)
+            if opening is None:
+                return
+            session = await self._open(opening, context)
+            try:
+                num_tokens = opening.open.num_draft_tokens
+                while True:
+                    yield await self._block(session, num_tokens, context)
+                    message = await anext(aiter(request_iterator), None)
+                    if message is None:
+                        return
+                    num_tokens = await self._apply_feedback(session, message, context)
+            finally:
+                await self._run(session.close)
+
+    async def _open(self, message: draft_pb2.ProposeRequest, context: grpc.aio.ServicerContext) -> DraftSession:
+        if message.WhichOneof("message") != "open":
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
+        try:
+            request = self._draft_request(message.open)
+            return await self._run(self.loaded.drafter.open, request)
+        except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
+            await abort_for(context, error)
+
+    def _draft_request(self, opening: draft_pb2.ProposeOpen) -> DraftRequest:
+        theirs, ours = opening.vocab_fingerprint, self._status.get("vocab_fingerprint", "")
+        if theirs and ours and theirs != ours:
+            raise SpecdecError("open.vocab_fingerprint: the draft's vocabulary differs from the target's; refusing to draft")
+        if opening.vocab_size == 0:
+            raise InvalidRequestError("open.vocab_size", "must be the width of the target's logits (> 0)")
+        if not opening.prompt_ids:
+            raise InvalidRequestError("open.prompt_ids", "must hold at least one token")
+        bad = next((t for t in opening.prompt_ids if not 0 <= t < opening.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError("open.prompt_ids", f"token id {bad} is outside the vocabulary [0, {opening.vocab_size})")
+        return DraftRequest(
+            prompt_ids=list(opening.prompt_ids),
+            sampling=sampling_from_proto(opening.sampling, "open.sampling"),
+            acceptance=acceptance_from_proto(opening.acceptance) or AcceptanceMode.REJECTION,
+            seed=opening.seed,
+            vocab_size=opening.vocab_size,
+            draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
+        )
+
+    async def _block(self, session: DraftSession, num_tokens: int, context: grpc.aio.ServicerContext) -> draft_pb2.ProposeResponse:
+        try:
+            block = await self._run(session.propose, num_tokens)
+        except Exception as error:  # noqa: BLE001
+            await abort_for(context, error)
+        return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
+
+    async def _apply_feedback(self, session: DraftSession, message: draft_pb2.ProposeRequest, context: grpc.aio.ServicerContext) -> int:
+        if message.WhichOneof("message") != "feedback":
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "after `open`, every Propose message must be `feedback`")
+        feedback = message.feedback
+        try:
+            await self._run(session.feedback, feedback.num_accepted, list(feedback.appended_ids))
+        except ValueError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.num_accepted: {error}")
+        return feedback.num_draft_tokens
+
+    async def Status(self, request: common_pb2.ServerStatusRequest, context: grpc.aio.ServicerContext) -> common_pb2.ServerStatus:
+        loaded = self.loaded
+        return common_pb2.ServerStatus(
+            service="draft",
+            drafter=loaded.drafter.name if loaded else "",
+            active_sessions=self.sessions.active,
+            max_sessions=self.sessions.max_sessions,
+            vocab_size=loaded.model.vocab_size if loaded and loaded.model else 0,
+            max_context=loaded.model.max_context if loaded and loaded.model else 0,
+            **self._status,
+        )

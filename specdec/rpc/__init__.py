@@ -1,0 +1,1 @@
+"""What the draft and verify services share: proto <-> core conversions and gRPC server scaffolding."""

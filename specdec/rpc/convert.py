@@ -1,0 +1,108 @@
+"""Proto messages <-> core types, with validation that names the offending field."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+from pydantic import ValidationError
+
+from specdec.acceptance import AcceptanceMode
+from specdec.drafters.base import DraftBlock
+from specdec.errors import InvalidRequestError
+from specdec.sampling import SamplingParams, SparseDistribution
+from specdec.v1 import common_pb2
+
+_ACCEPTANCE_FROM_PROTO = {
+    common_pb2.ACCEPTANCE_MODE_UNSPECIFIED: None,
+    common_pb2.ACCEPTANCE_MODE_REJECTION: AcceptanceMode.REJECTION,
+    common_pb2.ACCEPTANCE_MODE_COUPLED: AcceptanceMode.COUPLED,
+    common_pb2.ACCEPTANCE_MODE_GREEDY: AcceptanceMode.GREEDY,
+}
+_ACCEPTANCE_TO_PROTO = {mode: value for value, mode in _ACCEPTANCE_FROM_PROTO.items() if mode is not None}
+Q_SUM_TOLERANCE = 1e-3
+
+
+def acceptance_from_proto(value: int) -> AcceptanceMode | None:
+    if value not in _ACCEPTANCE_FROM_PROTO:
+        raise InvalidRequestError("acceptance", f"unknown acceptance mode {value}")
+    return _ACCEPTANCE_FROM_PROTO[value]
+
+
+def acceptance_to_proto(mode: AcceptanceMode) -> int:
+    return _ACCEPTANCE_TO_PROTO[mode]
+
+
+def sampling_from_proto(message: common_pb2.SamplingParams, field: str = "sampling") -> SamplingParams:
+    values = {name: getattr(message, name) for name in ("temperature", "top_p", "top_k", "min_p") if message.HasField(name)}
+    try:
+        return SamplingParams(**values)
+    except ValidationError as error:
+        item = error.errors()[0]
+        raise InvalidRequestError(f"{field}.{item['loc'][0]}", item["msg"]) from error
+
+
+def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
+    return common_pb2.SamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, min_p=params.min_p)
+
+
+def block_to_proto(block: DraftBlock) -> common_pb2.CandidateBlock:
+    message = common_pb2.CandidateBlock(token_ids=block.candidate_ids.tolist())
+    if block.draft_probs is not None:
+        for token_ids, probs in zip(block.draft_probs.token_ids.tolist(), block.draft_probs.probs.tolist()):
+            message.draft_probs.add(token_ids=token_ids, probs=probs)
+    return message
+
+
+def block_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_draft_probs: bool, field: str = "block") -> DraftBlock:
+    """A candidate block, checked: ids in the vocabulary and, where q is needed, a valid q per candidate."""
+    candidates = list(message.token_ids)
+    _check_ids(candidates, vocab_size, f"{field}.token_ids")
+    if not needs_draft_probs:
+        return DraftBlock(torch.tensor(candidates, dtype=torch.long))
+    if len(message.draft_probs) != len(candidates):
+        raise InvalidRequestError(f"{field}.draft_probs", f"{len(message.draft_probs)} distributions for {len(candidates)} candidates")
+    rows = [_checked_distribution(dist, candidate, vocab_size, f"{field}.draft_probs[{index}]")
+            for index, (dist, candidate) in enumerate(zip(message.draft_probs, candidates))]
+    return DraftBlock(torch.tensor(candidates, dtype=torch.long), _stack_ragged(rows))
+
+
+def _check_ids(token_ids: list[int], vocab_size: int, field: str) -> None:
+    bad = next((token for token in token_ids if not 0 <= token < vocab_size), None)
+    if bad is not None:
+        raise InvalidRequestError(field, f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+
+
+def _checked_distribution(dist: common_pb2.SparseDistribution, candidate: int, vocab_size: int, field: str) -> tuple[list[int], list[float]]:
+    token_ids, probs = list(dist.token_ids), list(dist.probs)
+    if not token_ids or len(token_ids) != len(probs):
+        raise InvalidRequestError(field, f"needs as many probs as token_ids and at least one (got {len(token_ids)} ids, {len(probs)} probs)")
+    _check_ids(token_ids, vocab_size, f"{field}.token_ids")
+    if len(set(token_ids)) != len(token_ids):
+        raise InvalidRequestError(f"{field}.token_ids", "duplicate token ids")
+    if any(not math.isfinite(p) or p < 0 for p in probs):
+        raise InvalidRequestError(f"{field}.probs", "probabilities must be finite and >= 0")
+    if abs(sum(probs) - 1.0) > Q_SUM_TOLERANCE:
+        raise InvalidRequestError(f"{field}.probs", f"probabilities sum to {sum(probs):.6f}, not 1 (tolerance {Q_SUM_TOLERANCE})")
+    candidate_prob = probs[token_ids.index(candidate)] if candidate in token_ids else 0.0
+    if candidate_prob <= 0:
+        raise InvalidRequestError(field, f"the candidate {candidate} has q = 0: it cannot have been sampled from this q")
+    return token_ids, probs
+
+
+def _stack_ragged(rows: list[tuple[list[int], list[float]]]) -> SparseDistribution:
+    """Pad rows to one width with (id of the row's first entry, probability 0): densify adds 0 there."""
+    width = max(len(ids) for ids, _ in rows)
+    token_ids = [ids + [ids[0]] * (width - len(ids)) for ids, _ in rows]
+    probs = [p + [0.0] * (width - len(p)) for _, p in rows]
+    return SparseDistribution(torch.tensor(token_ids, dtype=torch.long), torch.tensor(probs, dtype=torch.float64))
+
+
+def vocab_fingerprint(tokenizer) -> str:
+    """Two tokenizers with the same token -> id map have the same fingerprint."""
+    items = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    digest = hashlib.sha256()
+    for token, token_id in items:
+        digest.update(f"{token_id}\t{token}\n".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()

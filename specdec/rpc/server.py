@@ -1,0 +1,118 @@
+"""gRPC server scaffolding shared by the services: options, health, reflection, TLS, sessions, errors."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from pydantic import ValidationError
+
+from specdec.config import TlsSection
+from specdec.errors import DraftUnavailableError, InvalidRequestError, SpecdecError
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Explicit keepalive: dead peers are noticed in ~40 s, and idle streams between rounds stay open.
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+SERVER_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 10_000)]
+
+
+def create_server(address: str, service_names: Iterable[str], tls: TlsSection | None = None) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+    """An aio server bound to `address` with health (NOT_SERVING until `mark_serving`) and reflection.
+
+    Returns (server, bound port, health servicer); port 0 in `address` picks a free port.
+    """
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
+    reflection.enable_server_reflection(names, server)
+    credentials = server_credentials(tls) if tls is not None and tls.server_enabled else None
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    if port == 0:
+        raise SpecdecError(f"could not bind {address}")
+    return server, port, health_servicer
+
+
+async def set_serving(health_servicer: health.aio.HealthServicer, service_names: Iterable[str], serving: bool) -> None:
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    for name in ["", *service_names]:
+        await health_servicer.set(name, status)
+
+
+def server_credentials(tls: TlsSection) -> grpc.ServerCredentials:
+    key, cert = _read(tls.key_file, "tls.key_file"), _read(tls.cert_file, "tls.cert_file")
+    ca = _read(tls.ca_file, "tls.ca_file") if tls.ca_file else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=tls.require_client_auth)
+
+
+def channel_credentials(tls: TlsSection) -> grpc.ChannelCredentials:
+    ca = _read(tls.ca_file, "tls.ca_file") if tls.ca_file else None
+    key = _read(tls.client_key_file, "tls.client_key_file") if tls.client_key_file else None
+    cert = _read(tls.client_cert_file, "tls.client_cert_file") if tls.client_cert_file else None
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+
+
+def aio_channel(target: str, tls: TlsSection | None = None, round_robin: bool = True) -> grpc.aio.Channel:
+    """A channel to `target` ("host:port" or "dns:///host:port" for round-robin over replicas)."""
+    options = [*CHANNEL_OPTIONS, ("grpc.lb_policy_name", "round_robin")] if round_robin else CHANNEL_OPTIONS
+    if tls is not None and tls.client_enabled:
+        return grpc.aio.secure_channel(target, channel_credentials(tls), options=options)
+    return grpc.aio.insecure_channel(target, options=options)
+
+
+def _read(path: str | None, field: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except (OSError, TypeError) as error:
+        raise SpecdecError(f"{field}: cannot read {path!r}") from error
+
+
+class SessionLimit:
+    """Counts live sessions and refuses new ones past the cap (RESOURCE_EXHAUSTED)."""
+
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        self.active = 0
+
+    @contextlib.asynccontextmanager
+    async def hold(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        if self.active >= self.max_sessions:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.active} sessions are active (max_sessions={self.max_sessions}); retry later")
+        self.active += 1
+        try:
+            yield
+        finally:
+            self.active -= 1
+
+
+_STATUS_FOR_ERROR = [
+    (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (DraftUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (SpecdecError, grpc.StatusCode.FAILED_PRECONDITION),
+]
+
+
+async def abort_for(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    """The one place that maps core errors to gRPC statuses; unknown errors become INTERNAL."""
+    if isinstance(error, ValidationError):
+        details = "; ".join(f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors())
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
+    for error_type, code in _STATUS_FOR_ERROR:
+        if isinstance(error, error_type):
+            await context.abort(code, str(error))
+    log.exception("internal error", exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")

@@ -1,0 +1,122 @@
+"""Real processes (`specdec serve draft|verify`): a draft that dies, stalls, is absent or is
+incompatible never fails a request; verify decodes with the target alone and says `fallback`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from specdec.client import VerifyClient
+from specdec.drafters import ModelDrafter
+from specdec.generation import SpeculativeGenerator
+from specdec.models import LoadedModel
+from specdec.request import GenerationRequest
+from specdec.sampling import SamplingParams
+
+PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _spawn(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def _wait_serving(client: VerifyClient, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read().decode()
+        if client.is_serving(timeout=1.0):
+            return
+        time.sleep(0.2)
+    raise AssertionError("service did not become SERVING")
+
+
+@pytest.fixture(scope="module")
+def processes(tiny_pair_paths):
+    draft_port, verify_port = _free_port(), _free_port()
+    draft = _spawn("draft", "--draft", str(tiny_pair_paths.draft), "--port", str(draft_port))
+    verify = _spawn("verify", "--target", str(tiny_pair_paths.target), "--port", str(verify_port),
+                    "--draft-endpoint", f"127.0.0.1:{draft_port}")
+    client = VerifyClient(f"127.0.0.1:{verify_port}")
+    try:
+        _wait_serving(VerifyClient(f"127.0.0.1:{draft_port}"), draft)
+        _wait_serving(client, verify)
+        yield {"draft": draft, "verify": verify, "client": client}
+    finally:
+        client.close()
+        for process in (draft, verify):
+            if process.poll() is None:
+                process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(tiny_target):
+    ids = tiny_target.tokenizer(PROMPT)["input_ids"]
+    request = GenerationRequest(prompt_ids=ids, max_tokens=300, sampling=SamplingParams(temperature=0), speculative=False, ignore_eos=True)
+    return SpeculativeGenerator(tiny_target).generate(request).token_ids
+
+
+def test_two_processes_serve_a_completion(processes, greedy_reference):
+    completion = processes["client"].generate(PROMPT, max_tokens=40, temperature=0, ignore_eos=True)
+    assert completion.token_ids == greedy_reference[:40]
+    assert completion.summary.rounds > 0 and not completion.summary.fallback
+
+
+def test_killing_the_draft_mid_generation_falls_back_and_finishes(processes, greedy_reference):
+    stream = processes["client"].generate_stream(PROMPT, max_tokens=300, temperature=0, ignore_eos=True)
+    responses = [next(stream), next(stream)]
+    assert not responses[-1].round.fallback
+    processes["draft"].send_signal(signal.SIGKILL)
+    responses.extend(stream)
+    token_ids = [token for response in responses for token in response.token_ids]
+    assert token_ids == greedy_reference
+    final = responses[-1]
+    assert final.finish_reason == "length" and final.summary.fallback
+    assert any(response.round.fallback for response in responses)
+
+
+def test_graceful_shutdown_on_sigterm(processes):
+    verify = processes["verify"]
+    verify.send_signal(signal.SIGTERM)
+    assert verify.wait(timeout=30) == 0
+
+
+def test_a_draft_slower_than_its_deadline_falls_back(make_verify_server, tiny_target, draft_server, greedy_reference):
+    server = make_verify_server(tiny_target, f"127.0.0.1:{draft_server.port}", draft_round_timeout_ms=0.01)
+    with VerifyClient(f"127.0.0.1:{server.port}") as client:
+        completion = client.generate(PROMPT, max_tokens=40, temperature=0, ignore_eos=True)
+    assert completion.token_ids == greedy_reference[:40] and completion.summary.fallback
+
+
+def test_an_unreachable_draft_falls_back_quickly(make_verify_server, tiny_target, greedy_reference):
+    server = make_verify_server(tiny_target, f"127.0.0.1:{_free_port()}")
+    with VerifyClient(f"127.0.0.1:{server.port}") as client:
+        started = time.monotonic()
+        completion = client.generate(PROMPT, max_tokens=40, temperature=0, ignore_eos=True)
+        assert time.monotonic() - started < 5
+    assert completion.token_ids == greedy_reference[:40] and completion.summary.fallback
+
+
+def test_a_draft_with_another_vocabulary_is_refused_and_falls_back(make_draft_server, make_verify_server, tiny_target, tiny_draft,
+                                                                   foreign_tokenizer, greedy_reference):
+    foreign = LoadedModel(model=tiny_draft.model, tokenizer=foreign_tokenizer, source="foreign")
+    draft = make_draft_server(ModelDrafter(foreign.model), foreign)
+    server = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}")
+    with VerifyClient(f"127.0.0.1:{server.port}") as client:
+        completion = client.generate(PROMPT, max_tokens=20, temperature=0, ignore_eos=True)
+    assert completion.token_ids == greedy_reference[:20] and completion.summary.fallback
+    assert completion.summary.draft_tokens == 0

@@ -1,0 +1,1 @@
+"""The target-verify service: a thin gRPC transport over specdec's TargetSession and generator."""

@@ -1,0 +1,127 @@
+"""A Drafter whose sessions are Propose streams to a draft service.
+
+The core loop runs in a worker thread and is synchronous; the stream lives on the service's
+event loop. Each propose is one round trip (the previous round's feedback rides along with the
+request for the next block) bounded by the per-round deadline; any failure raises
+DraftUnavailableError, which makes the loop continue with the target alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from specdec.acceptance import AcceptanceMode
+from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
+from specdec.errors import DraftUnavailableError, InvalidRequestError
+from specdec.rpc.convert import acceptance_to_proto, block_from_proto, sampling_to_proto
+from specdec.v1 import draft_pb2, draft_pb2_grpc  # noqa: F401 -- stub type in signatures
+
+log = logging.getLogger(__name__)
+
+
+class RemoteDrafter:
+    name = "remote"
+
+    def __init__(self, stub: draft_pb2_grpc.DraftServiceStub, loop: asyncio.AbstractEventLoop, round_timeout_s: float,
+                 vocab_fingerprint: str = "", deadline_s: float | None = None) -> None:
+        self.stub = stub
+        self.loop = loop
+        self.round_timeout_s = round_timeout_s
+        self.vocab_fingerprint = vocab_fingerprint
+        self.deadline_s = deadline_s
+
+    def with_deadline(self, deadline_s: float | None) -> RemoteDrafter:
+        """The same drafter for one request: its Propose stream ends when the request's deadline does."""
+        return RemoteDrafter(self.stub, self.loop, self.round_timeout_s, self.vocab_fingerprint, deadline_s)
+
+    def open(self, request: DraftRequest) -> RemoteDraftSession:
+        return RemoteDraftSession(self, request, self.deadline_s)
+
+
+class RemoteDraftSession:
+    def __init__(self, drafter: RemoteDrafter, request: DraftRequest, deadline_s: float | None) -> None:
+        self.drafter = drafter
+        self.request = request
+        self.deadline_s = deadline_s
+        self.committed = CommittedSequence(list(request.prompt_ids))
+        self.call: grpc.aio.StreamStreamCall | None = None
+        self.pending_feedback: tuple[int, list[int]] | None = None
+        self.last_block_local = False
+        self.closed = False
+
+    def propose(self, num_tokens: int) -> DraftBlock:
+        if self.closed:
+            raise DraftUnavailableError("draft session already closed")
+        if num_tokens <= 0 and self.call is not None:
+            # Nothing to draft (last token of the budget): no round trip; the feedback for this
+            # round rides along with the next request, merged with what is still pending.
+            block = DraftBlock.empty()
+            self.committed.record_block(block)
+            self.last_block_local = True
+            return block
+        self.last_block_local = False
+        message = self._next_message(num_tokens)
+        future = asyncio.run_coroutine_threadsafe(self._exchange(message), self.drafter.loop)
+        try:
+            response = future.result(timeout=self.drafter.round_timeout_s)
+        except concurrent.futures.TimeoutError as error:
+            future.cancel()
+            raise DraftUnavailableError(f"the draft missed its per-round deadline of {self.drafter.round_timeout_s * 1000:.0f} ms") from error
+        except grpc.aio.AioRpcError as error:
+            raise DraftUnavailableError(f"draft service: {error.code().name}: {error.details()}") from error
+        except Exception as error:  # noqa: BLE001 -- any failure of a remote draft means: go on without it
+            raise DraftUnavailableError(f"draft service: {type(error).__name__}: {error}") from error
+        block = self._checked_block(response)
+        self.committed.record_block(block)
+        return block
+
+    def _next_message(self, num_tokens: int) -> draft_pb2.ProposeRequest:
+        if self.call is None:
+            request = self.request
+            return draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(
+                prompt_ids=request.prompt_ids, sampling=sampling_to_proto(request.sampling), seed=request.seed,
+                acceptance=acceptance_to_proto(request.acceptance), num_draft_tokens=num_tokens,
+                draft_top_k=request.draft_top_k, vocab_size=request.vocab_size, vocab_fingerprint=self.drafter.vocab_fingerprint,
+            ))
+        num_accepted, appended = self.pending_feedback or (0, [])
+        self.pending_feedback = None
+        return draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(num_accepted=num_accepted, appended_ids=appended, num_draft_tokens=num_tokens))
+
+    async def _exchange(self, message: draft_pb2.ProposeRequest) -> draft_pb2.ProposeResponse:
+        if self.call is None:
+            self.call = self.drafter.stub.Propose(timeout=self.deadline_s)
+        await self.call.write(message)
+        response = await self.call.read()
+        if response is grpc.aio.EOF:
+            raise DraftUnavailableError("the draft service ended the stream")
+        return response
+
+    def _checked_block(self, response: draft_pb2.ProposeResponse) -> DraftBlock:
+        needs_q = self.request.acceptance is AcceptanceMode.REJECTION
+        try:
+            block = block_from_proto(response.block, self.request.vocab_size, needs_q, field="draft.block")
+        except InvalidRequestError as error:
+            # A drafter that sends an invalid q is treated like one that failed: never trusted.
+            raise DraftUnavailableError(f"the draft service sent an invalid block: {error}") from error
+        return DraftBlock(block.candidate_ids, block.draft_probs, compute_ms=response.draft_ms)
+
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
+        self.committed.apply_feedback(num_accepted, appended_ids)
+        if self.last_block_local and self.pending_feedback is not None:  # the draft never saw that empty block
+            pending_accepted, pending_appended = self.pending_feedback
+            self.pending_feedback = (pending_accepted, [*pending_appended, *appended_ids])
+        else:
+            self.pending_feedback = (num_accepted, list(appended_ids))
+
+    def close(self) -> None:
+        """Cancel the stream: the draft service frees this session's KV cache at once."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.call is not None:
+            self.drafter.loop.call_soon_threadsafe(self.call.cancel)

@@ -1,0 +1,66 @@
+"""GenerateRequest / VerifyOpen -> the core's GenerationRequest (tokenising text and chats here)."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from specdec.acceptance import AcceptanceMode
+from specdec.config import SpecdecConfig
+from specdec.errors import InvalidRequestError
+from specdec.models import LoadedModel
+from specdec.prompts import encode_chat, encode_text
+from specdec.request import GenerationRequest
+from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
+from specdec.v1 import verify_pb2
+
+VERIFY_MAX_CANDIDATES = 64
+
+
+def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: LoadedModel) -> list[int]:
+    kind = options.WhichOneof("prompt")
+    if kind == "text":
+        return encode_text(target.tokenizer, options.text)
+    if kind == "chat":
+        messages = [{"role": m.role, "content": m.content} for m in options.chat.messages]
+        if not messages:
+            raise InvalidRequestError("options.chat.messages", "needs at least one message")
+        return encode_chat(target.tokenizer, messages)
+    if kind == "token_ids":
+        if not options.token_ids.ids:
+            raise InvalidRequestError("options.token_ids", "needs at least one token")
+        return list(options.token_ids.ids)
+    raise InvalidRequestError("options.prompt", "set one of text, chat or token_ids")
+
+
+def generation_request(options: verify_pb2.GenerationOptions, target: LoadedModel, config: SpecdecConfig, **overrides) -> GenerationRequest:
+    """Build and validate; every problem is an InvalidRequestError naming its field."""
+    fields = {
+        "prompt_ids": prompt_ids_from_options(options, target),
+        "sampling": sampling_from_proto(options.sampling, "options.sampling"),
+        "stop": list(options.stop),
+        "max_tokens": options.max_tokens or config.verify_service.default_max_tokens,
+        "ignore_eos": options.ignore_eos,
+        "acceptance": acceptance_from_proto(options.acceptance) or config.speculative.acceptance,
+        "num_draft_tokens": config.speculative.draft_tokens,
+        "draft_top_k": config.speculative.draft_top_k,
+        "speculative": config.speculative.enabled,
+        **({"seed": options.seed} if options.HasField("seed") else {}),
+        **overrides,
+    }
+    if fields["sampling"].is_greedy and fields["acceptance"] is not AcceptanceMode.GREEDY:
+        fields["acceptance"] = AcceptanceMode.GREEDY
+    try:
+        return GenerationRequest(**fields)
+    except ValidationError as error:
+        item = error.errors()[0]
+        field = ".".join(str(part) for part in item["loc"]) or "options"
+        raise InvalidRequestError(field, item["msg"]) from error
+
+
+def generate_overrides(request: verify_pb2.GenerateRequest) -> dict:
+    overrides = {"logprobs": request.logprobs, "top_logprobs": request.top_logprobs}
+    if request.HasField("speculative"):
+        overrides["speculative"] = request.speculative
+    if request.HasField("num_draft_tokens"):
+        overrides["num_draft_tokens"] = request.num_draft_tokens
+    return overrides

@@ -1,0 +1,134 @@
+"""VerifyService: Generate (the service drafts remotely) and Verify (the client drafts)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from specdec.acceptance import AcceptanceMode
+from specdec.config import SpecdecConfig
+from specdec.errors import InvalidRequestError
+from specdec.generation import SpeculativeGenerator
+from specdec.models import LoadedModel
+from specdec.output import GenerationChunk
+from specdec.request import GenerationStats
+from specdec.rpc.convert import block_from_proto, vocab_fingerprint
+from specdec.rpc.server import SessionLimit, abort_for
+from specdec.target_session import TargetSession
+from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
+from verify_service.remote_drafter import RemoteDrafter
+from verify_service.requests import VERIFY_MAX_CANDIDATES, generate_overrides, generation_request
+from verify_service.responses import generate_response, verify_response
+
+log = logging.getLogger(__name__)
+
+
+class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
+    def __init__(self, config: SpecdecConfig) -> None:
+        self.config = config
+        self.target: LoadedModel | None = None  # set once the model is loaded
+        self.drafter: RemoteDrafter | None = None
+        self.fingerprint = ""
+        self.sessions = SessionLimit(config.verify_service.max_sessions)
+        self.executor = ThreadPoolExecutor(max_workers=min(32, config.verify_service.max_sessions), thread_name_prefix="verify")
+
+    def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
+        self.fingerprint = vocab_fingerprint(target.tokenizer)
+        self.drafter = drafter
+        self.target = target
+
+    async def _run(self, function, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    async def _require_target(self, context: grpc.aio.ServicerContext) -> LoadedModel:
+        if self.target is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the target model is still loading")
+        return self.target
+
+    async def Generate(self, request: verify_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
+        target = await self._require_target(context)
+        try:
+            generation = generation_request(request.options, target, self.config, **generate_overrides(request))
+        except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
+            await abort_for(context, error)
+        async with self.sessions.hold(context):
+            drafter = self.drafter.with_deadline(context.time_remaining()) if self.drafter else None
+            stats = GenerationStats()
+            chunks = SpeculativeGenerator(target, drafter).stream(generation, stats)
+            completion_tokens = 0
+            async for chunk in self._drive(chunks, context):
+                completion_tokens += len(chunk.token_ids)
+                yield generate_response(chunk, generation, stats, completion_tokens, target.tokenizer)
+
+    async def _drive(self, chunks: Iterator[GenerationChunk], context: grpc.aio.ServicerContext) -> AsyncIterator[GenerationChunk]:
+        """Step the synchronous loop in a worker thread, one round at a time.
+
+        NOTE: when the caller goes away, the in-flight round finishes first (a generator cannot be
+        closed while it runs), then closing it frees the target cache and cancels the draft stream.
+        """
+        pending = None
+        try:
+            while True:
+                pending = asyncio.ensure_future(self._run(next, chunks, None))
+                chunk = await asyncio.shield(pending)
+                pending = None
+                if chunk is None:
+                    return
+                yield chunk
+        except Exception as error:  # noqa: BLE001
+            await abort_for(context, error)
+        finally:
+            if pending is not None:
+                await asyncio.wait([pending])
+            await self._run(chunks.close)
+
+    async def Verify(self, request_iterator: AsyncIterator[verify_pb2.VerifyRequest], context: grpc.aio.ServicerContext):
+        target = await self._require_target(context)
+        async with self.sessions.hold(context):
+            opening = await anext(aiter(request_iterator), None)
+            if opening is None:
+                return
+            session = await self._open_verify_session(opening, target, context)
+            try:
+                yield verify_response(session, None, None)
+                async for message in request_iterator:
+                    yield await self._verify_block(session, message, context)
+            finally:
+                await self._run(session.close)
+
+    async def _open_verify_session(self, message: verify_pb2.VerifyRequest, target: LoadedModel, context) -> TargetSession:
+        if message.WhichOneof("message") != "open":
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "send `open` before any candidate block")
+        try:
+            generation = generation_request(message.open.options, target, self.config, num_draft_tokens=VERIFY_MAX_CANDIDATES, speculative=True)
+            return await self._run(TargetSession, target, generation)
+        except Exception as error:  # noqa: BLE001
+            await abort_for(context, error)
+
+    async def _verify_block(self, session: TargetSession, message: verify_pb2.VerifyRequest, context) -> verify_pb2.VerifyResponse:
+        if message.WhichOneof("message") != "block":
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the session is already open: send candidate blocks")
+        if session.finished:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the generation has finished ({session.output.finish_reason}); close the stream")
+        try:
+            block = block_from_proto(message.block, session.target.vocab_size, session.mode is AcceptanceMode.REJECTION)
+            if len(block) > session.draft_budget():
+                raise InvalidRequestError("block.token_ids", f"{len(block)} candidates, but this round's budget is {session.draft_budget()} (max_candidates)")
+            verdict, chunk = await self._run(session.step, block)
+        except Exception as error:  # noqa: BLE001
+            await abort_for(context, error)
+        return verify_response(session, verdict, chunk)
+
+    async def Status(self, request: common_pb2.ServerStatusRequest, context: grpc.aio.ServicerContext) -> common_pb2.ServerStatus:
+        target = self.target
+        status = common_pb2.ServerStatus(service="verify", active_sessions=self.sessions.active, max_sessions=self.sessions.max_sessions)
+        if target is not None:
+            status.model, status.vocab_size, status.device = target.source, target.vocab_size, str(target.device)
+            status.vocab_fingerprint, status.max_context = self.fingerprint, target.max_context
+        return status
+
+
