@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 
 
@@ -13,7 +12,7 @@ from specdec.config import SpecdecConfig
 from specdec.engine import load_draft_side
 from specdec.models import describe_memory
 from specdec.rpc.server import create_server as create_grpc_server
-from specdec.rpc.server import set_serving
+from specdec.rpc.server import run_until_signalled, set_serving
 from specdec.v1 import draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -61,16 +60,6 @@ def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[Dr
 
 
 async def serve(config: SpecdecConfig) -> None:
-    """Run until SIGINT/SIGTERM, then drain for up to the configured grace period."""
-    server = DraftServer(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    await server.start()
-    await stop.wait()
-    log.info("draft service shutting down")
-    await server.stop(config.draft_service.grace_seconds)
+    """Run until SIGINT/SIGTERM, then drain in-flight streams for up to grace_seconds."""
+    await run_until_signalled(DraftServer(config), config.draft_service.grace_seconds, "draft service")
 
-
-__all__ = ["DraftServer", "create_server", "serve"]

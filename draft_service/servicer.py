@@ -20,6 +20,7 @@ from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)
 DEFAULT_DRAFT_TOP_K = 32
+MAX_DRAFT_TOKENS = 64  # per block; more only ties up a worker (the verify side never asks for it)
 
 
 @dataclass
@@ -56,13 +57,13 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
                 return
             session = await self._open(opening, context)
             try:
-                num_tokens = opening.open.num_draft_tokens
+                num_tokens = await _checked_draft_tokens(opening.open.num_draft_tokens, "open.num_draft_tokens", context)
                 while True:
                     yield await self._block(session, num_tokens, context)
                     message = await anext(aiter(request_iterator), None)
                     if message is None:
                         return
-                    num_tokens = await self._apply_feedback(session, message, context)
+                    num_tokens = await self._apply_feedback(session, message, opening.open.vocab_size, context)
             finally:
                 await self._run(session.close)
 
@@ -89,7 +90,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         return DraftRequest(
             prompt_ids=list(opening.prompt_ids),
             sampling=sampling_from_proto(opening.sampling, "open.sampling"),
-            acceptance=acceptance_from_proto(opening.acceptance) or AcceptanceMode.REJECTION,
+            acceptance=acceptance_from_proto(opening.acceptance, "open.acceptance") or AcceptanceMode.REJECTION,
             seed=opening.seed,
             vocab_size=opening.vocab_size,
             draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
@@ -102,15 +103,20 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             await abort_for(context, error)
         return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
 
-    async def _apply_feedback(self, session: DraftSession, message: draft_pb2.ProposeRequest, context: grpc.aio.ServicerContext) -> int:
+    async def _apply_feedback(self, session: DraftSession, message: draft_pb2.ProposeRequest, vocab_size: int,
+                              context: grpc.aio.ServicerContext) -> int:
         if message.WhichOneof("message") != "feedback":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "after `open`, every Propose message must be `feedback`")
         feedback = message.feedback
+        bad = next((t for t in feedback.appended_ids if not 0 <= t < vocab_size), None)
+        if bad is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.appended_ids: token id {bad} is outside the vocabulary [0, {vocab_size})")
         try:
-            await self._run(session.feedback, feedback.num_accepted, list(feedback.appended_ids))
+            # Inline: feedback is bookkeeping only (the cache is trimmed lazily by the next propose).
+            session.feedback(feedback.num_accepted, list(feedback.appended_ids))
         except ValueError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.num_accepted: {error}")
-        return feedback.num_draft_tokens
+        return await _checked_draft_tokens(feedback.num_draft_tokens, "feedback.num_draft_tokens", context)
 
     async def Status(self, request: common_pb2.ServerStatusRequest, context: grpc.aio.ServicerContext) -> common_pb2.ServerStatus:
         loaded = self.loaded
@@ -123,3 +129,9 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             max_context=loaded.model.max_context if loaded and loaded.model else 0,
             **self._status,
         )
+
+
+async def _checked_draft_tokens(num_tokens: int, field: str, context: grpc.aio.ServicerContext) -> int:
+    if num_tokens > MAX_DRAFT_TOKENS:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: at most {MAX_DRAFT_TOKENS} per block, got {num_tokens}")
+    return num_tokens

@@ -7,15 +7,15 @@ from transformers import PreTrainedTokenizerBase
 from specdec.errors import InvalidRequestError
 
 
-def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], field: str = "messages") -> list[int]:
     if not tokenizer.chat_template:
-        raise InvalidRequestError("messages", "this model's tokenizer has no chat template; send a plain prompt instead")
+        raise InvalidRequestError(field, "this model's tokenizer has no chat template; send a plain prompt instead")
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return _require_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], "messages")
+    return _require_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], field)
 
 
-def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
-    return _require_tokens(tokenizer(text)["input_ids"], "prompt")
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str, field: str = "prompt") -> list[int]:
+    return _require_tokens(tokenizer(text)["input_ids"], field)
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, text: str, chat: bool) -> list[int]:

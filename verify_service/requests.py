@@ -19,16 +19,20 @@ VERIFY_MAX_CANDIDATES = 64
 def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: LoadedModel) -> list[int]:
     kind = options.WhichOneof("prompt")
     if kind == "text":
-        return encode_text(target.tokenizer, options.text)
+        return encode_text(target.tokenizer, options.text, "options.text")
     if kind == "chat":
         messages = [{"role": m.role, "content": m.content} for m in options.chat.messages]
         if not messages:
             raise InvalidRequestError("options.chat.messages", "needs at least one message")
-        return encode_chat(target.tokenizer, messages)
+        return encode_chat(target.tokenizer, messages, "options.chat.messages")
     if kind == "token_ids":
-        if not options.token_ids.ids:
+        token_ids = list(options.token_ids.ids)
+        if not token_ids:
             raise InvalidRequestError("options.token_ids", "needs at least one token")
-        return list(options.token_ids.ids)
+        bad = next((token for token in token_ids if not 0 <= token < target.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError("options.token_ids", f"token id {bad} is outside the vocabulary [0, {target.vocab_size})")
+        return token_ids
     raise InvalidRequestError("options.prompt", "set one of text, chat or token_ids")
 
 
@@ -40,7 +44,7 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         "stop": list(options.stop),
         "max_tokens": options.max_tokens or config.verify_service.default_max_tokens,
         "ignore_eos": options.ignore_eos,
-        "acceptance": acceptance_from_proto(options.acceptance) or config.speculative.acceptance,
+        "acceptance": acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
         "num_draft_tokens": config.speculative.draft_tokens,
         "draft_top_k": config.speculative.draft_top_k,
         "speculative": config.speculative.enabled,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 
 import grpc
@@ -12,7 +11,7 @@ import grpc
 from specdec.config import SpecdecConfig
 from specdec.errors import SpecdecError
 from specdec.models import LoadedModel, describe_memory, load_model
-from specdec.rpc.server import aio_channel, set_serving
+from specdec.rpc.server import aio_channel, run_until_signalled, set_serving
 from specdec.rpc.server import create_server as create_grpc_server
 from specdec.v1 import common_pb2, draft_pb2_grpc, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
@@ -92,13 +91,5 @@ def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[Ve
 
 
 async def serve(config: SpecdecConfig) -> None:
-    """Run until SIGINT/SIGTERM, then drain in-flight generations for up to grace_seconds."""
-    server = VerifyServer(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    await server.start()
-    await stop.wait()
-    log.info("verify service shutting down")
-    await server.stop(config.verify_service.grace_seconds)
+    """Run until SIGINT/SIGTERM, then drain in-flight streams for up to grace_seconds."""
+    await run_until_signalled(VerifyServer(config), config.verify_service.grace_seconds, "verify service")

@@ -54,7 +54,11 @@ class DraftSession(Protocol):
         """Up to `num_tokens` candidates following the committed sequence (may be fewer)."""
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
-        """The target kept the first `num_accepted` candidates, then appended `appended_ids`."""
+        """The target kept the first `num_accepted` candidates, then appended `appended_ids`.
+
+        NOTE: bookkeeping only, no model work (the draft service runs it on its event loop);
+        caches are rolled back lazily by the next `propose`.
+        """
 
     def close(self) -> None:
         """Free per-generation state (KV cache) now."""

@@ -24,9 +24,9 @@ _ACCEPTANCE_TO_PROTO = {mode: value for value, mode in _ACCEPTANCE_FROM_PROTO.it
 Q_SUM_TOLERANCE = 1e-3
 
 
-def acceptance_from_proto(value: int) -> AcceptanceMode | None:
+def acceptance_from_proto(value: int, field: str = "acceptance") -> AcceptanceMode | None:
     if value not in _ACCEPTANCE_FROM_PROTO:
-        raise InvalidRequestError("acceptance", f"unknown acceptance mode {value}")
+        raise InvalidRequestError(field, f"unknown acceptance mode {value}")
     return _ACCEPTANCE_FROM_PROTO[value]
 
 
@@ -59,6 +59,8 @@ def block_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_
     """A candidate block, checked: ids in the vocabulary and, where q is needed, a valid q per candidate."""
     candidates = list(message.token_ids)
     _check_ids(candidates, vocab_size, f"{field}.token_ids")
+    if not candidates and not message.draft_probs:
+        return DraftBlock.empty()  # a target-only round (e.g. when the budget is 0)
     if not needs_draft_probs:
         return DraftBlock(torch.tensor(candidates, dtype=torch.long))
     if len(message.draft_probs) != len(candidates):

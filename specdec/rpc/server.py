@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import signal
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
@@ -116,3 +118,15 @@ async def abort_for(context: grpc.aio.ServicerContext, error: Exception) -> None
             await context.abort(code, str(error))
     log.exception("internal error", exc_info=error)
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+
+
+async def run_until_signalled(server, grace_seconds: float, name: str) -> None:
+    """`await server.start()`, serve until SIGINT/SIGTERM, then `server.stop(grace)` (health flips first)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await server.start()
+    await stop.wait()
+    log.info("%s shutting down: NOT_SERVING, draining for up to %.0fs", name, grace_seconds)
+    await server.stop(grace_seconds)
