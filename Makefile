@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On a CUDA host PyPI's torch==2.13.0 is a CUDA build; on CPU-only machines pick the CPU build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install test proto clean
+.PHONY: install test proto up clean
 
 install: $(BIN)/specdec
 
@@ -21,6 +21,10 @@ $(BIN)/specdec: pyproject.toml
 # Regenerate specdec/v1/*_pb2*.py from protos/ (a test fails when they are stale).
 proto: install
 	PYTHON=$(BIN)/python scripts/gen_protos.sh
+
+# The three services on localhost with the default pair: http://localhost:8000/v1
+up: install
+	$(BIN)/specdec up
 
 test: install
 	$(BIN)/python -m pytest

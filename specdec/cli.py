@@ -24,6 +24,9 @@ _FLAG_FOR_FIELD = {
     "draft_service.max_sessions": "--max-sessions",
     "verify_service.max_sessions": "--max-sessions",
     "verify_service.draft_round_timeout_ms": "--draft-round-timeout-ms",
+    "serving.port": "--port",
+    "serving.max_concurrent_requests": "--max-concurrent-requests",
+    "serving.max_queue": "--max-queue",
     "speculative.acceptance": "--acceptance",
     "temperature": "--temperature",
     "top_p": "--top-p",
@@ -43,6 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--config", help="accepted for uniformity; unused")
     _add_serve(commands)
+    up = commands.add_parser("up", help="run draft, verify and gateway on this host (default: the embedded pair)")
+    up.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
+    up.add_argument("--target", help="target model (default: the embedded default pair)")
+    up.add_argument("--draft", help="draft model")
+    up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    up.add_argument("--gateway-port", type=int, default=8000)
+    up.add_argument("--draft-port", type=int, default=50051)
+    up.add_argument("--verify-port", type=int, default=50052)
     show = commands.add_parser("config", help="configuration tools").add_subparsers(dest="config_command", required=True)
     show.add_parser("show", help="print the effective configuration as YAML").add_argument("--config")
     return parser
@@ -91,6 +102,16 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     verify.add_argument("--draft-round-timeout-ms", type=float, help="a draft block later than this falls back to the target")
     verify.add_argument("--num-draft-tokens", type=int, help="default K per round")
     verify.add_argument("--acceptance", choices=["rejection", "coupled"], help="default acceptance mode")
+    gateway = serve.add_parser("gateway", help="the OpenAI-compatible HTTP gateway (default port 8000)")
+    gateway.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
+    gateway.add_argument("--host", help="address to bind (default 0.0.0.0)")
+    gateway.add_argument("--port", type=int)
+    gateway.add_argument("--verify-endpoint", help="HOST:PORT of the verify service (default localhost:50052)")
+    gateway.add_argument("--served-model-name", help="the model id clients send (default: the target's name)")
+    gateway.add_argument("--api-keys-file", help="one API key per line, re-read on change (also: $SPECDEC_API_KEYS)")
+    gateway.add_argument("--max-concurrent-requests", type=int)
+    gateway.add_argument("--max-queue", type=int)
+    gateway.add_argument("--tls-ca", help="CA bundle to verify the verify service's certificate")
     for parser in (draft, verify):
         parser.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
         parser.add_argument("--host", help="address to bind (default 0.0.0.0)")
@@ -120,7 +141,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     os.environ.setdefault("TQDM_DISABLE", "1")
     from specdec import commands  # deferred: torch/transformers load only for commands that need them
 
-    handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve}
+    handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
+                "up": commands.up}
     return handlers[args.command](args)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 
@@ -100,7 +101,17 @@ def config_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gateway_overrides(args: argparse.Namespace) -> dict[str, dict]:
+    return {
+        "serving": {"host": args.host, "port": args.port, "verify_endpoint": args.verify_endpoint, "served_model_name": args.served_model_name,
+                    "api_keys_file": args.api_keys_file, "max_concurrent_requests": args.max_concurrent_requests, "max_queue": args.max_queue},
+        "tls": {"ca_file": args.tls_ca},
+    }
+
+
 def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
+    if args.service == "gateway":
+        return _gateway_overrides(args)
     section = "draft_service" if args.service == "draft" else "verify_service"
     overrides = {
         "model": {"dtype": args.dtype},
@@ -125,9 +136,33 @@ def serve(args: argparse.Namespace) -> int:
     config = load_config(args.config, _serve_overrides(args))
     configure_logging(config.observability.log_level)
     _quiet_transformers(config.observability.log_level)
+    if args.service == "gateway":
+        return _serve_gateway(config)
     if args.service == "draft":
         from draft_service.server import serve as run
     else:
         from verify_service.server import serve as run
     asyncio.run(run(config))
     return 0
+
+
+def _serve_gateway(config: SpecdecConfig) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+
+    settings = config.serving
+    # SIGINT/SIGTERM: uvicorn stops accepting, lets open responses finish, then exits.
+    uvicorn.run(create_app(config), host=settings.host, port=settings.port, log_level=config.observability.log_level,
+                timeout_graceful_shutdown=10)
+    return 0
+
+
+def up(args: argparse.Namespace) -> int:
+    from specdec.launcher import UpPlan, run_up
+
+    config_file = args.config or os.environ.get("SPECDEC_CONFIG")
+    if config_file:
+        load_config(config_file)  # fail fast, in one line, on a bad file
+    return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
+                         gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port))

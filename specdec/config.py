@@ -59,10 +59,25 @@ class SpeculativeSection(_Section):
 
 
 class ServingSection(_Section):
+    """The public HTTP side: the OpenAI-compatible gateway."""
+
     host: str = "0.0.0.0"
-    port: int = Field(8000, ge=1, le=65535)
+    port: int = Field(8000, ge=0, le=65535)
     max_batch_size: int = Field(8, ge=1)
-    max_concurrent_requests: int = Field(64, ge=1)
+    max_concurrent_requests: int = Field(64, ge=1, description="requests generating at once")
+    max_queue: int = Field(128, ge=0, description="requests waiting for a slot; beyond it: 429")
+    queue_timeout_s: float = Field(30.0, gt=0, description="longest wait for a slot before 429")
+    verify_endpoint: str = "localhost:50052"
+    served_model_name: str | None = Field(None, description="the model id clients send; default: the target's name")
+    api_keys_file: str | None = Field(None, description="one key per line; re-read when it changes")
+    allowed_cidrs: list[str] = Field(default_factory=list, description="client allow-list; empty = everyone")
+    rate_limit_rpm: int | None = Field(None, ge=1, description="requests per minute per API key")
+    rate_limit_tpm: int | None = Field(None, ge=1, description="completion tokens per minute per API key")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_n: int = Field(8, ge=1)
+    max_tokens_limit: int = Field(8192, ge=1, description="largest max_tokens a request may ask for")
+    request_timeout_s: float = Field(600.0, gt=0)
+    upstream_connect_timeout_s: float = Field(2.0, gt=0, description="verify unreachable for this long: 503")
 
 
 class ObservabilitySection(_Section):

@@ -1,0 +1,79 @@
+"""The FastAPI application: thin routes over gateway.service.Gateway."""
+
+from __future__ import annotations
+
+import contextlib
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.body_limit import BodySizeLimit
+from gateway.errors import install_error_handlers
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
+from gateway.service import Gateway
+from specdec.config import SpecdecConfig
+
+
+def create_app(config: SpecdecConfig | None = None) -> FastAPI:
+    config = config or SpecdecConfig()
+    gateway = Gateway(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await gateway.start()
+        yield
+        await gateway.close()
+
+    app = FastAPI(title="specdec", description="OpenAI-compatible speculative-decoding gateway", lifespan=lifespan)
+    app.state.gateway = gateway
+    app.add_middleware(BodySizeLimit, max_bytes=config.serving.max_body_bytes)
+    install_error_handlers(app)
+    app.include_router(_api_routes(gateway))
+    app.include_router(_operational_routes(gateway))
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next):
+        response = await call_next(request)
+        gateway.metrics.requests.labels(request.url.path if request.url.path.startswith("/v1/") else "other", str(response.status_code)).inc()
+        return response
+
+    return app
+
+
+def _api_routes(gateway: Gateway) -> APIRouter:
+    router = APIRouter(prefix="/v1", dependencies=[Depends(gateway.guard)])
+
+    @router.get("/models", response_model=ModelList)
+    async def list_models() -> ModelList:
+        return await gateway.models()
+
+    @router.post("/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, identity: str = Depends(gateway.guard)):
+        return await gateway.complete(body, identity, "chat")
+
+    @router.post("/completions")
+    async def completions(body: CompletionRequest, identity: str = Depends(gateway.guard)):
+        return await gateway.complete(body, identity, "completions")
+
+    return router
+
+
+def _operational_routes(gateway: Gateway) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @router.get("/ready")
+    async def ready() -> JSONResponse:
+        if await gateway.upstream.ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "unavailable", "reason": "the verify service is not serving"}, status_code=503)
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,141 @@
+"""Run the n choices of a request against verify and shape them as OpenAI objects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, SpeculativeStats, Usage, new_id, now
+from gateway.upstream import Upstream, generate_request
+from specdec.v1 import verify_pb2
+
+OpenAIRequest = ChatCompletionRequest | CompletionRequest
+
+
+@dataclass
+class Choice:
+    """One choice accumulated from a Generate stream."""
+
+    index: int
+    text: str = ""
+    finish_reason: str | None = None
+    logprobs: list[verify_pb2.TokenLogprob] = field(default_factory=list)
+    usage: verify_pb2.Usage | None = None
+    summary: verify_pb2.SpeculativeSummary | None = None
+
+    def add(self, response: verify_pb2.GenerateResponse) -> None:
+        self.text += response.text
+        self.logprobs.extend(response.logprobs)
+        if response.finish_reason:
+            self.finish_reason = response.finish_reason
+            self.usage, self.summary = response.usage, response.summary
+
+
+class Completion:
+    """The shared shape of chat.completion and text_completion objects and their chunks."""
+
+    def __init__(self, request: OpenAIRequest, model: str) -> None:
+        self.request = request
+        self.chat = isinstance(request, ChatCompletionRequest)
+        self.id = new_id("chatcmpl" if self.chat else "cmpl")
+        self.created = now()
+        self.model = model
+
+    def envelope(self, chunk: bool) -> dict:
+        kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    def choice_body(self, choice: Choice) -> dict:
+        body = {"index": choice.index, "finish_reason": choice.finish_reason, "logprobs": self.logprobs(choice.logprobs)}
+        if self.chat:
+            body["message"] = {"role": "assistant", "content": choice.text}
+        else:
+            body["text"] = choice.text
+        return body
+
+    def logprobs(self, entries: list[verify_pb2.TokenLogprob]) -> dict | None:
+        wanted = self.request.logprobs if self.chat else self.request.logprobs is not None
+        if not wanted:
+            return None
+        if self.chat:
+            return {"content": [_chat_logprob(entry) for entry in entries]}
+        return {
+            "tokens": [entry.token for entry in entries],
+            "token_logprobs": [entry.logprob for entry in entries],
+            "top_logprobs": [{top.token: top.logprob for top in entry.top} for entry in entries],
+            "text_offset": _offsets(entries),
+        }
+
+    def response(self, choices: list[Choice]) -> dict:
+        return {**self.envelope(chunk=False), "choices": [self.choice_body(c) for c in choices],
+                "usage": usage(choices).model_dump(), "speculative": speculative(self.request, choices).model_dump()}
+
+
+def _chat_logprob(entry: verify_pb2.TokenLogprob) -> dict:
+    def item(token: str, logprob: float) -> dict:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    return {**item(entry.token, entry.logprob), "top_logprobs": [item(top.token, top.logprob) for top in entry.top]}
+
+
+def _offsets(entries: list[verify_pb2.TokenLogprob]) -> list[int]:
+    offsets, position = [], 0
+    for entry in entries:
+        offsets.append(position)
+        position += len(entry.token)
+    return offsets
+
+
+def usage(choices: list[Choice]) -> Usage:
+    prompt = choices[0].usage.prompt_tokens if choices and choices[0].usage else 0
+    completion = sum(c.usage.completion_tokens for c in choices if c.usage)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+
+def speculative(request: OpenAIRequest, choices: list[Choice]) -> SpeculativeStats:
+    summaries = [c.summary for c in choices if c.summary is not None]
+    draft = sum(s.draft_tokens for s in summaries)
+    accepted = sum(s.accepted_tokens for s in summaries)
+    return SpeculativeStats(
+        enabled=any(s.enabled for s in summaries), rounds=sum(s.rounds for s in summaries), draft_tokens=draft,
+        accepted_tokens=accepted, acceptance_rate=round(accepted / draft, 6) if draft else 0.0, fallback=any(s.fallback for s in summaries),
+    )
+
+
+async def run_all(upstream: Upstream, request: OpenAIRequest) -> list[Choice]:
+    """All n choices, concurrently; any error cancels the others and propagates."""
+
+    async def one(index: int) -> Choice:
+        choice = Choice(index)
+        async for response in upstream.generate(generate_request(request, index)):
+            choice.add(response)
+        return choice
+
+    return list(await asyncio.gather(*(one(index) for index in range(request.n))))
+
+
+async def open_streams(upstream: Upstream, request: OpenAIRequest) -> list[tuple[verify_pb2.GenerateResponse, AsyncIterator]]:
+    """Start every choice's stream and wait for its first message, so errors still get an HTTP status."""
+
+    async def first(index: int):
+        stream = upstream.generate(generate_request(request, index))
+        try:
+            return await anext(stream), stream
+        except BaseException:
+            await stream.aclose()
+            raise
+
+    opened = await asyncio.gather(*(first(index) for index in range(request.n)), return_exceptions=True)
+    failures = [item for item in opened if isinstance(item, BaseException)]
+    if failures:
+        for item in opened:
+            if not isinstance(item, BaseException):
+                await item[1].aclose()
+        raise failures[0]
+    return opened
+
+
+def sse(payload: dict | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload, separators=(',', ':'))}\n\n"

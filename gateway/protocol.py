@@ -1,0 +1,164 @@
+"""OpenAI request and response models (chat completions, completions, models, errors)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Request(BaseModel):
+    # Unknown fields are ignored, as OpenAI-compatible servers do; unsupported known ones are refused.
+    model_config = ConfigDict(extra="ignore")
+
+
+class SpeculativeOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    num_draft_tokens: int | None = Field(None, ge=1, le=64)
+    acceptance: Literal["rejection", "coupled"] | None = None
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+class _SamplingRequest(_Request):
+    model: str
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0, description="extension: 0 = off")
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="extension")
+    seed: int | None = Field(None, ge=0, lt=2**64)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1)
+    user: str | None = None
+    speculative: SpeculativeOptions | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, value: str | list[str] | None) -> list[str]:
+        stops = [] if value is None else [value] if isinstance(value, str) else value
+        if len(stops) > 16:
+            raise ValueError("at most 16 stop sequences")
+        return stops
+
+    @model_validator(mode="after")
+    def _no_unsupported_penalties(self):
+        for name in ("frequency_penalty", "presence_penalty"):
+            if getattr(self, name):
+                raise ValueError(f"{name} is not supported (penalties would change the target distribution)")
+        if self.logit_bias:
+            raise ValueError("logit_bias is not supported")
+        return self
+
+
+class ChatCompletionRequest(_SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_SamplingRequest):
+    prompt: str | list[str] | list[int]
+    max_tokens: int | None = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value):
+        if isinstance(value, list) and value and isinstance(value[0], str):
+            if len(value) != 1:
+                raise ValueError("send one prompt per request (a list of strings must have exactly one)")
+            return value[0]
+        if isinstance(value, list) and not value:
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("echo is not supported")
+        return value
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class SpeculativeStats(BaseModel):
+    enabled: bool
+    rounds: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    acceptance_rate: float = 0.0
+    fallback: bool = False
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(default_factory=now)
+    owned_by: str = "specdec"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

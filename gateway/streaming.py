@@ -1,0 +1,83 @@
+"""Server-sent events for streamed completions: OpenAI chunks, an optional usage chunk, [DONE]."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from gateway.choices import Choice, Completion, speculative, sse, usage
+from gateway.errors import OpenAIError
+from specdec.v1 import verify_pb2
+
+_DONE = object()
+
+
+async def stream_events(completion: Completion, opened: list, release: Callable, on_usage: Callable[[int], None]) -> AsyncIterator[str]:
+    """Interleave the choices' streams into SSE; `release` frees the admission slot at the end,
+    whether the stream finished, failed, or the client went away (which cancels the gRPC calls)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    choices = [Choice(index) for index in range(len(opened))]
+    pumps = [asyncio.create_task(_pump(index, first, rest, queue)) for index, (first, rest) in enumerate(opened)]
+    try:
+        if completion.chat:
+            for choice in choices:
+                yield sse({**completion.envelope(chunk=True), "choices": [{"index": choice.index, "delta": {"role": "assistant", "content": ""},
+                                                                          "finish_reason": None, "logprobs": None}]})
+        async for index, response in _drain(queue, len(pumps)):
+            choices[index].add(response)
+            yield sse(_chunk(completion, choices[index], response))
+        yield sse(_closing_chunk(completion, choices))
+        on_usage(usage(choices).completion_tokens)
+        yield sse("[DONE]")
+    except OpenAIError as error:
+        yield sse(error.body())  # the status line is long gone: the error travels in the stream
+        yield sse("[DONE]")
+    finally:
+        for pump in pumps:
+            pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.gather(*pumps, return_exceptions=True)
+        await release()
+
+
+async def _pump(index: int, first: verify_pb2.GenerateResponse, rest: AsyncIterator, queue: asyncio.Queue) -> None:
+    try:
+        await queue.put((index, first))
+        async for response in rest:
+            await queue.put((index, response))
+        await queue.put((index, _DONE))
+    except OpenAIError as error:
+        await queue.put((index, error))
+    finally:
+        await rest.aclose()
+
+
+async def _drain(queue: asyncio.Queue, streams: int) -> AsyncIterator[tuple[int, verify_pb2.GenerateResponse]]:
+    remaining = streams
+    while remaining:
+        index, item = await queue.get()
+        if item is _DONE:
+            remaining -= 1
+        elif isinstance(item, OpenAIError):
+            raise item
+        else:
+            yield index, item
+
+
+def _chunk(completion: Completion, choice: Choice, response: verify_pb2.GenerateResponse) -> dict:
+    body = {"index": choice.index, "finish_reason": response.finish_reason or None,
+            "logprobs": completion.logprobs(list(response.logprobs))}
+    if completion.chat:
+        body["delta"] = {"content": response.text} if response.text or not response.finish_reason else {}
+    else:
+        body["text"] = response.text
+    return {**completion.envelope(chunk=True), "choices": [body]}
+
+
+def _closing_chunk(completion: Completion, choices: list[Choice]) -> dict:
+    """usage (when stream_options.include_usage) and the speculative stats, with no choices."""
+    options = completion.request.stream_options
+    chunk = {**completion.envelope(chunk=True), "choices": [], "speculative": speculative(completion.request, choices).model_dump()}
+    chunk["usage"] = usage(choices).model_dump() if options is not None and options.include_usage else None
+    return chunk

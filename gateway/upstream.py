@@ -1,0 +1,122 @@
+"""The verify service as seen from the gateway: requests out, responses and errors back."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gateway.errors import OpenAIError, bad_request, overloaded, unavailable
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from specdec.config import ServingSection, TlsSection
+from specdec.rpc.server import aio_channel
+from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
+
+_ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED}
+_FIELD = re.compile(r"^([\w.\[\]]+): ")
+# verify's field names -> the OpenAI request's
+_PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", "options.sampling.temperature": "temperature",
+                "options.sampling.top_p": "top_p", "options.sampling.top_k": "top_k", "prompt": "messages",
+                "options.chat.messages": "messages", "options.text": "prompt", "options.token_ids": "prompt"}
+
+
+class Upstream:
+    def __init__(self, settings: ServingSection, tls: TlsSection | None = None) -> None:
+        self.settings = settings
+        self.channel = aio_channel(settings.verify_endpoint, tls, round_robin=True)
+        self.stub = verify_pb2_grpc.VerifyServiceStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def ready(self) -> bool:
+        try:
+            reply = await self.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+        except grpc.aio.AioRpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    async def status(self) -> common_pb2.ServerStatus:
+        await self._connected()
+        try:
+            return await self.stub.Status(common_pb2.ServerStatusRequest(), timeout=self.settings.upstream_connect_timeout_s)
+        except grpc.aio.AioRpcError as error:
+            raise http_error(error) from error
+
+    async def _connected(self) -> None:
+        """503 within upstream_connect_timeout_s when verify cannot be reached (never a hang)."""
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), timeout=self.settings.upstream_connect_timeout_s)
+        except asyncio.TimeoutError as error:
+            raise unavailable(f"the verify service at {self.settings.verify_endpoint} is unreachable") from error
+
+    async def generate(self, request: verify_pb2.GenerateRequest) -> AsyncIterator[verify_pb2.GenerateResponse]:
+        """Stream one generation; cancelling the consumer cancels the gRPC call (sessions are freed)."""
+        await self._connected()
+        call = self.stub.Generate(request, timeout=self.settings.request_timeout_s)
+        try:
+            async for response in call:
+                yield response
+        except grpc.aio.AioRpcError as error:
+            raise http_error(error) from error
+        finally:
+            call.cancel()
+
+
+def http_error(error: grpc.aio.AioRpcError) -> OpenAIError:
+    code, details = error.code(), error.details() or ""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        match = _FIELD.match(details)
+        param = _PARAM_NAMES.get(match.group(1), match.group(1)) if match else None
+        return bad_request(details, param)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return overloaded(f"the verify service is at capacity: {details}", retry_after_s=1)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION):
+        return unavailable(f"the verify service is unavailable: {details}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return OpenAIError(504, "the generation did not finish within the request timeout", "timeout_error")
+    return OpenAIError(502, f"the verify service failed: {code.name}: {details}", "server_error")
+
+
+def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_index: int) -> verify_pb2.GenerateRequest:
+    """The GenerateRequest for one choice; choice i of a seeded request uses seed + i."""
+    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0)
+    if isinstance(request, ChatCompletionRequest):
+        options.chat.messages.extend(verify_pb2.ChatMessage(role=m.role, content=m.text()) for m in request.messages)
+    elif isinstance(request.prompt, str):
+        options.text = request.prompt
+    else:
+        options.token_ids.ids.extend(request.prompt)
+    for name in ("temperature", "top_p", "top_k", "min_p"):
+        if getattr(request, name) is not None:
+            setattr(options.sampling, name, getattr(request, name))
+    if request.seed is not None:
+        options.seed = (request.seed + choice_index) % 2**64
+    message = verify_pb2.GenerateRequest(options=options, request_id=f"choice-{choice_index}")
+    _apply_speculative(message, request)
+    _apply_logprobs(message, request)
+    return message
+
+
+def _apply_speculative(message: verify_pb2.GenerateRequest, request) -> None:
+    speculative = request.speculative
+    if speculative is None:
+        return
+    if speculative.enabled is not None:
+        message.speculative = speculative.enabled
+    if speculative.num_draft_tokens is not None:
+        message.num_draft_tokens = speculative.num_draft_tokens
+    if speculative.acceptance is not None:
+        message.options.acceptance = _ACCEPTANCE[speculative.acceptance]
+
+
+def _apply_logprobs(message: verify_pb2.GenerateRequest, request) -> None:
+    if isinstance(request, ChatCompletionRequest):
+        message.logprobs = request.logprobs
+        message.top_logprobs = request.top_logprobs or 0 if request.logprobs else 0
+    elif request.logprobs is not None:
+        message.logprobs, message.top_logprobs = True, request.logprobs

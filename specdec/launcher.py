@@ -1,0 +1,146 @@
+"""`specdec up`: draft, then verify, then the gateway, each started once the previous is healthy."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from specdec.errors import SpecdecError
+
+START_TIMEOUT_S = 600.0  # a large model can take minutes to load
+
+
+@dataclass
+class UpPlan:
+    """What `specdec up` runs: models and ports (None = take the config file's)."""
+
+    config_file: str | None
+    target: str | None
+    draft: str | None
+    draft_method: str | None
+    gateway_port: int
+    draft_port: int
+    verify_port: int
+
+
+def default_pair_paths() -> tuple[str, str]:
+    """The embedded default pair: the tiny random pair, built once into the user's cache."""
+    from specdec.tiny_pair import make_tiny_pair
+
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
+    if not (root / "target" / "config.json").is_file() or not (root / "draft" / "config.json").is_file():
+        make_tiny_pair(root)
+    return str(root / "target"), str(root / "draft")
+
+
+class Stack:
+    """The three child processes, stopped in reverse order."""
+
+    def __init__(self) -> None:
+        self.children: list[tuple[str, subprocess.Popen]] = []
+
+    def spawn(self, name: str, arguments: list[str]) -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-m", "specdec.cli", *arguments])
+        self.children.append((name, process))
+        return process
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        for name, process in reversed(self.children):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    print(f"specdec up: {name} did not stop within {grace_s:.0f}s; killing it", file=sys.stderr)
+                    process.kill()
+                    process.wait()
+
+    def failed_child(self) -> str | None:
+        return next((f"{name} exited with status {p.returncode}" for name, p in self.children if p.poll() is not None), None)
+
+
+def run_up(plan: UpPlan) -> int:
+    stack = Stack()
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        _start_all(stack, plan)
+        _announce(plan)
+        while not stopping:
+            failure = stack.failed_child()
+            if failure:
+                raise SpecdecError(f"{failure}; stopping the others")
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print("specdec up: stopping gateway, verify, draft", file=sys.stderr)
+        stack.stop()
+    return 0
+
+
+def _start_all(stack: Stack, plan: UpPlan) -> None:
+    config = ["--config", plan.config_file] if plan.config_file else []
+    target, draft = plan.target, plan.draft
+    if target is None and plan.config_file is None:
+        target, draft = default_pair_paths()
+    draft_args = ["--draft-method", plan.draft_method] if plan.draft_method else []
+    draft_args += [f"--draft={draft}"] if draft else []
+    draft_args += [f"--target={target}"] if target and plan.draft_method == "layer_skip" else []
+    stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--port", str(plan.draft_port)])
+    _wait_grpc("draft", stack, f"localhost:{plan.draft_port}")
+    stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--port", str(plan.verify_port),
+                           "--draft-endpoint", f"localhost:{plan.draft_port}"])
+    _wait_grpc("verify", stack, f"localhost:{plan.verify_port}")
+    stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}"])
+    _wait_http("gateway", stack, f"http://localhost:{plan.gateway_port}/ready")
+
+
+def _wait_grpc(name: str, stack: Stack, address: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        _wait(name, stack, lambda: health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1).status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _wait_http(name: str, stack: Stack, url: str) -> None:
+    def ready() -> bool:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+
+    _wait(name, stack, ready)
+
+
+def _wait(name: str, stack: Stack, probe) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        failure = stack.failed_child()
+        if failure:
+            raise SpecdecError(f"{name} did not start: {failure}")
+        try:
+            if probe():
+                print(f"specdec up: {name} is healthy", file=sys.stderr)
+                return
+        except (grpc.RpcError, OSError):
+            pass
+        time.sleep(0.3)
+    raise SpecdecError(f"{name} was not healthy after {START_TIMEOUT_S:.0f}s")
+
+
+def _announce(plan: UpPlan) -> None:
+    url = f"http://localhost:{plan.gateway_port}"
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as response:
+        import json
+
+        model = json.load(response)["data"][0]["id"]
+    print(f"\nspecdec is up: {url}/v1 (model {model!r}); Ctrl-C stops it.\n")
+    print(f"""curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\
+  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'\n""", flush=True)
