@@ -158,3 +158,61 @@ def verify_client(verify_server):
 
     with VerifyClient(f"127.0.0.1:{verify_server.port}") as client:
         yield client
+
+
+class GatewayThread:
+    """A real uvicorn server running the gateway app on a free loopback port, in a thread."""
+
+    def __init__(self, config) -> None:
+        import threading
+
+        import uvicorn
+
+        from gateway.app import create_app
+
+        self.app = create_app(config)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, name="test-gateway", daemon=True)
+        self.thread.start()
+        import time
+
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "gateway did not start"
+            time.sleep(0.02)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def gateway(self):
+        return self.app.state.gateway
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@pytest.fixture
+def make_gateway(verify_server):
+    """Start a gateway in front of the shared verify service with the given `serving` settings."""
+    from specdec.config import SpecdecConfig
+
+    started = []
+
+    def make(**serving):
+        settings = {"verify_endpoint": f"127.0.0.1:{verify_server.port}", **serving}
+        started.append(GatewayThread(SpecdecConfig(serving=settings)))
+        return started[-1]
+
+    yield make
+    for gateway in started:
+        gateway.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway_url(verify_server):
+    from specdec.config import SpecdecConfig
+
+    gateway = GatewayThread(SpecdecConfig(serving={"verify_endpoint": f"127.0.0.1:{verify_server.port}"}))
+    yield gateway.url
+    gateway.stop()
