@@ -61,5 +61,8 @@ def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[Dr
 
 async def serve(config: SpecdecConfig) -> None:
     """Run until SIGINT/SIGTERM, then drain in-flight streams for up to grace_seconds."""
-    await run_until_signalled(DraftServer(config), config.draft_service.grace_seconds, "draft service")
+    server = DraftServer(config)
+    server.servicer.metrics.serve(config.draft_service.metrics_port)
+    log.info("draft service metrics on :%d/metrics", config.draft_service.metrics_port)
+    await run_until_signalled(server, config.draft_service.grace_seconds, "draft service")
 

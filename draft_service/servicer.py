@@ -9,16 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
+from opentelemetry import trace
 
 from specdec.acceptance import AcceptanceMode
 from specdec.drafters.base import Drafter, DraftRequest, DraftSession
 from specdec.errors import InvalidRequestError, SpecdecError
+from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
-from specdec.rpc.server import SessionLimit, abort_for
+from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("specdec.draft")
 DEFAULT_DRAFT_TOP_K = 32
 MAX_DRAFT_TOKENS = 64  # per block; more only ties up a worker (the verify side never asks for it)
 
@@ -35,18 +38,21 @@ class LoadedDrafter:
 
 
 class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
-    def __init__(self, max_sessions: int) -> None:
+    def __init__(self, max_sessions: int, metrics: ServiceMetrics | None = None) -> None:
         self.loaded: LoadedDrafter | None = None  # set once the model is loaded
-        self.sessions = SessionLimit(max_sessions)
+        self.metrics = metrics or ServiceMetrics("draft")
+        self.sessions = SessionLimit(max_sessions, self.metrics)
         self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
         self._status: dict = {}
 
     def set_drafter(self, loaded: LoadedDrafter) -> None:
         self._status = loaded.status()
+        if loaded.model is not None:
+            self.metrics.track_cuda(loaded.model.device)
         self.loaded = loaded
 
     async def _run(self, function, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+        return await run_in_thread(self.executor, function, *args)
 
     async def Propose(self, request_iterator: AsyncIterator[draft_pb2.ProposeRequest], context: grpc.aio.ServicerContext):
         if self.loaded is None:
@@ -97,10 +103,14 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         )
 
     async def _block(self, session: DraftSession, num_tokens: int, context: grpc.aio.ServicerContext) -> draft_pb2.ProposeResponse:
-        try:
-            block = await self._run(session.propose, num_tokens)
-        except Exception as error:  # noqa: BLE001
-            await abort_for(context, error)
+        with tracer.start_as_current_span("draft.propose", attributes={"specdec.k": num_tokens}) as span:
+            try:
+                block = await self._run(session.propose, num_tokens)
+            except Exception as error:  # noqa: BLE001
+                await abort_for(context, error)
+            span.set_attributes({"specdec.drafted": len(block), "specdec.draft_ms": block.compute_ms})
+        self.metrics.round_duration.labels("draft").observe(block.compute_ms / 1000)
+        self.metrics.num_draft_tokens.inc(len(block))
         return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
 
     async def _apply_feedback(self, session: DraftSession, message: draft_pb2.ProposeRequest, vocab_size: int,

@@ -6,6 +6,9 @@ import contextlib
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+import time
+import uuid
+
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.body_limit import BodySizeLimit
@@ -13,6 +16,7 @@ from gateway.errors import install_error_handlers
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
 from gateway.service import Gateway
 from specdec.config import SpecdecConfig
+from specdec.telemetry import instrument_fastapi
 
 
 def create_app(config: SpecdecConfig | None = None) -> FastAPI:
@@ -33,11 +37,17 @@ def create_app(config: SpecdecConfig | None = None) -> FastAPI:
     app.include_router(_operational_routes(gateway))
 
     @app.middleware("http")
-    async def count_requests(request: Request, call_next):
+    async def audit_requests(request: Request, call_next):
+        request.state.started = time.perf_counter()
+        request.state.request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         response = await call_next(request)
-        gateway.metrics.requests.labels(request.url.path if request.url.path.startswith("/v1/") else "other", str(response.status_code)).inc()
+        response.headers["x-request-id"] = request.state.request_id
+        # Streams are audited when they end; health checks and scrapes are not requests.
+        if request.url.path.startswith("/v1/") and not getattr(request.state, "streaming", False):
+            gateway.audit(request, response.status_code)
         return response
 
+    instrument_fastapi(app)
     return app
 
 
@@ -49,12 +59,12 @@ def _api_routes(gateway: Gateway) -> APIRouter:
         return await gateway.models()
 
     @router.post("/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, identity: str = Depends(gateway.guard)):
-        return await gateway.complete(body, identity, "chat")
+    async def chat_completions(body: ChatCompletionRequest, request: Request, identity: str = Depends(gateway.guard)):
+        return await gateway.complete(body, identity, request)
 
     @router.post("/completions")
-    async def completions(body: CompletionRequest, identity: str = Depends(gateway.guard)):
-        return await gateway.complete(body, identity, "completions")
+    async def completions(body: CompletionRequest, request: Request, identity: str = Depends(gateway.guard)):
+        return await gateway.complete(body, identity, request)
 
     return router
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
+import time
 from pathlib import Path
 
 from fastapi import Request
@@ -13,13 +15,14 @@ from gateway.admission import Admission, RateLimiter
 from gateway.auth import ApiKeys, ClientAllowList
 from gateway.choices import Completion, open_streams, run_all
 from gateway.errors import OpenAIError, bad_request
-from gateway.metrics import GatewayMetrics
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from gateway.streaming import stream_events
 from gateway.upstream import Upstream
 from specdec.config import SpecdecConfig
+from specdec.metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
+audit_log = logging.getLogger("specdec.audit")
 
 
 class Gateway:
@@ -32,7 +35,10 @@ class Gateway:
         self.rates = RateLimiter(settings.rate_limit_rpm, settings.rate_limit_tpm)
         self.keys = ApiKeys.from_environment(settings.api_keys_file)
         self.allow_list = ClientAllowList(settings.allowed_cidrs)
-        self.metrics = GatewayMetrics()
+        self.metrics = ServiceMetrics("gateway")
+        self.metrics.running.set_function(lambda: self.admission.running)
+        self.metrics.waiting.set_function(lambda: self.admission.waiting)
+        self.log_content = config.observability.log_content
         self._model_names: tuple[str, ...] | None = None
 
     async def start(self) -> None:
@@ -47,7 +53,9 @@ class Gateway:
         """Allow-list, then API key; returns the identity rate limits are counted against."""
         self.allow_list.check(request)
         if self.keys.enabled:
-            return self.keys.authenticate(request.headers.get("authorization"))
+            key = self.keys.authenticate(request.headers.get("authorization"))
+            request.state.key_id = "key-" + hashlib.sha256(key.encode()).hexdigest()[:12]  # never the key itself
+            return key
         return request.client.host if request.client else "anonymous"
 
     async def model_names(self) -> tuple[str, ...]:
@@ -74,24 +82,49 @@ class Gateway:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
         return names[0]
 
-    async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, route: str):
+    async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):
         model = await self._check_request(request)
         self.rates.check(identity)
+        http.state.audit = {"model": model, "n": request.n, "stream": request.stream}
         stack = contextlib.AsyncExitStack()
         queued_s = await stack.enter_async_context(self.admission.slot())
-        self.metrics.queue_seconds.observe(queued_s)
+        self.metrics.queue_time.observe(queued_s)
         completion = Completion(request, model)
         try:
             if not request.stream:
-                choices = await run_all(self.upstream, request)
-                body = completion.response(choices)
-                self.rates.record_tokens(identity, body["usage"]["completion_tokens"])
-                self.metrics.record_completion(route, body)
+                body = completion.response(await run_all(self.upstream, request))
+                self._account(identity, body["usage"], body["speculative"], http)
+                self.metrics.time_to_first_token.observe(time.perf_counter() - http.state.started)
                 return JSONResponse(body)
             opened = await open_streams(self.upstream, request)
         except BaseException:
             await stack.aclose()
             raise
-        events = stream_events(completion, opened, release=stack.aclose,
-                               on_usage=lambda tokens: self.rates.record_tokens(identity, tokens))
+        self.metrics.time_to_first_token.observe(time.perf_counter() - http.state.started)
+        http.state.streaming = True
+
+        async def finish(usage: dict, stats: dict, status: int) -> None:
+            self._account(identity, usage, stats, http)
+            await stack.aclose()
+            self.audit(http, status)
+
+        events = stream_events(completion, opened, finish)
         return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    def _account(self, identity: str, usage: dict, stats: dict, http: Request) -> None:
+        self.rates.record_tokens(identity, usage["completion_tokens"])
+        self.metrics.generated_tokens.inc(usage["completion_tokens"])
+        self.metrics.num_drafts.inc(stats["rounds"])
+        self.metrics.num_draft_tokens.inc(stats["draft_tokens"])
+        self.metrics.num_accepted_tokens.inc(stats["accepted_tokens"])
+        self.metrics.fallbacks.inc(1 if stats["fallback"] else 0)
+        http.state.audit.update(prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"])
+
+    def audit(self, http: Request, status: int) -> None:
+        """One line per request: who (key id, never the key), from where, what, how much, outcome."""
+        fields = {"audit": True, "request_id": getattr(http.state, "request_id", None), "key_id": getattr(http.state, "key_id", "anonymous"),
+                  "client": http.client.host if http.client else None, "route": http.url.path, "status": status,
+                  "duration_ms": round((time.perf_counter() - http.state.started) * 1000, 2), **getattr(http.state, "audit", {})}
+        self.metrics.requests.labels(str(status)).inc()
+        self.metrics.e2e_latency.observe(time.perf_counter() - http.state.started)
+        audit_log.info("request", extra={"fields": fields})

@@ -13,12 +13,14 @@ from specdec.v1 import verify_pb2
 _DONE = object()
 
 
-async def stream_events(completion: Completion, opened: list, release: Callable, on_usage: Callable[[int], None]) -> AsyncIterator[str]:
-    """Interleave the choices' streams into SSE; `release` frees the admission slot at the end,
-    whether the stream finished, failed, or the client went away (which cancels the gRPC calls)."""
+async def stream_events(completion: Completion, opened: list, finish: Callable) -> AsyncIterator[str]:
+    """Interleave the choices' streams into SSE. `finish(usage, speculative, status)` runs at the
+    end whether the stream finished, failed, or the client went away (which cancels the gRPC calls):
+    it frees the admission slot and writes the audit line."""
     queue: asyncio.Queue = asyncio.Queue()
     choices = [Choice(index) for index in range(len(opened))]
     pumps = [asyncio.create_task(_pump(index, first, rest, queue)) for index, (first, rest) in enumerate(opened)]
+    status = 499  # the client closed the connection, unless the stream ends otherwise
     try:
         if completion.chat:
             for choice in choices:
@@ -28,9 +30,10 @@ async def stream_events(completion: Completion, opened: list, release: Callable,
             choices[index].add(response)
             yield sse(_chunk(completion, choices[index], response))
         yield sse(_closing_chunk(completion, choices))
-        on_usage(usage(choices).completion_tokens)
+        status = 200
         yield sse("[DONE]")
     except OpenAIError as error:
+        status = error.status
         yield sse(error.body())  # the status line is long gone: the error travels in the stream
         yield sse("[DONE]")
     finally:
@@ -38,7 +41,7 @@ async def stream_events(completion: Completion, opened: list, release: Callable,
             pump.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.gather(*pumps, return_exceptions=True)
-        await release()
+        await finish(usage(choices).model_dump(), speculative(completion.request, choices).model_dump(), status)
 
 
 async def _pump(index: int, first: verify_pb2.GenerateResponse, rest: AsyncIterator, queue: asyncio.Queue) -> None:

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--gateway-port", type=int, default=8000)
     up.add_argument("--draft-port", type=int, default=50051)
     up.add_argument("--verify-port", type=int, default=50052)
+    up.add_argument("--draft-metrics-port", type=int, default=9101)
+    up.add_argument("--verify-metrics-port", type=int, default=9102)
     show = commands.add_parser("config", help="configuration tools").add_subparsers(dest="config_command", required=True)
     show.add_parser("show", help="print the effective configuration as YAML").add_argument("--config")
     return parser
@@ -118,6 +120,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--port", type=int)
         parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, float64")
         parser.add_argument("--max-sessions", type=int, help="concurrent streams before RESOURCE_EXHAUSTED")
+        parser.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (draft 9101, verify 9102; 0 = off)")
         parser.add_argument("--tls-cert", help="server certificate (PEM); enables TLS")
         parser.add_argument("--tls-key", help="server private key (PEM)")
         parser.add_argument("--tls-ca", help="CA bundle: verifies clients (mTLS) and, for verify, the draft service")

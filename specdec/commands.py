@@ -115,7 +115,7 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
     section = "draft_service" if args.service == "draft" else "verify_service"
     overrides = {
         "model": {"dtype": args.dtype},
-        section: {"host": args.host, "port": args.port, "max_sessions": args.max_sessions},
+        section: {"host": args.host, "port": args.port, "max_sessions": args.max_sessions, "metrics_port": args.metrics_port},
         "tls": {"cert_file": args.tls_cert, "key_file": args.tls_key, "ca_file": args.tls_ca, "require_client_auth": args.tls_require_client_auth},
     }
     if args.service == "draft":
@@ -133,9 +133,13 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
 def serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from specdec.telemetry import configure_logging as configure_service_logging
+    from specdec.telemetry import setup_tracing
+
     config = load_config(args.config, _serve_overrides(args))
-    configure_logging(config.observability.log_level)
+    configure_service_logging(config.observability.log_level, json_lines=config.observability.log_format == "json")
     _quiet_transformers(config.observability.log_level)
+    setup_tracing(f"specdec-{args.service}")
     if args.service == "gateway":
         return _serve_gateway(config)
     if args.service == "draft":
@@ -165,4 +169,5 @@ def up(args: argparse.Namespace) -> int:
     if config_file:
         load_config(config_file)  # fail fast, in one line, on a bad file
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
-                         gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port))
+                         gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
+                         draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port))

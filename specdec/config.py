@@ -81,8 +81,10 @@ class ServingSection(_Section):
 
 
 class ObservabilitySection(_Section):
-    metrics_port: int = Field(9090, ge=1, le=65535)
+    metrics_port: int = Field(9090, ge=1, le=65535, description="the seed's field; services use their own metrics_port")
     log_level: str = Field("info", pattern="^(debug|info|warning|error|critical)$")
+    log_format: str = Field("json", pattern="^(json|text)$", description="services log one JSON object per line")
+    log_content: bool = Field(False, description="include prompt and output text in the gateway's audit lines")
 
 
 class DraftServiceSection(_Section):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.errors import DraftUnavailableError
@@ -15,6 +19,7 @@ from specdec.request import GenerationRequest, GenerationStats
 from specdec.target_session import TargetSession
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("specdec")
 
 
 @dataclass
@@ -45,24 +50,65 @@ class SpeculativeGenerator:
         return GenerationResult("".join(text), token_ids, finish_reason, stats)
 
     def stream(self, request: GenerationRequest, stats: GenerationStats | None = None) -> Iterator[GenerationChunk]:
-        """Yield each round's new tokens and text; the last chunk carries the finish reason."""
+        """Yield each round's new tokens and text; the last chunk carries the finish reason.
+
+        Traced as one `generate` span with a `speculative.round` span per round. NOTE: spans are
+        started with explicit parents, never attached across a `yield` (each step may run in a
+        different thread and context).
+        """
         stats = stats if stats is not None else GenerationStats()
+        span = tracer.start_span("generate", attributes={"specdec.prompt_tokens": len(request.prompt_ids),
+                                                         "specdec.max_tokens": request.max_tokens,
+                                                         "specdec.acceptance": request.effective_acceptance.value})
+        parent = trace.set_span_in_context(span)
         target = TargetSession(self.target, request)
-        draft = _Draft(self._open_draft(request, stats), stats)
+        draft = _Draft(self._open_draft_under(parent, request, stats), stats, span)
+        finished = False
         try:
-            while not target.finished:
-                started = time.perf_counter()
-                block = draft.propose(target.draft_budget())
-                propose_ms = (time.perf_counter() - started) * 1000
-                verdict, chunk = target.step(block)
-                draft.feedback(verdict.num_accepted, [verdict.next_token_id])
-                if len(block):
-                    stats.record_round(len(block), verdict.num_accepted)
-                chunk.round = replace(chunk.round, transport_ms=max(0.0, propose_ms - block.compute_ms), fallback=stats.fallback)
+            for index in itertools.count():
+                if target.finished:
+                    finished = True
+                    return
+                chunk = self._round(target, draft, stats, parent, index)
                 yield chunk
+        except Exception as error:
+            span.record_exception(error)
+            span.set_status(trace.StatusCode.ERROR, str(error))
+            finished = True
+            raise
         finally:
+            if not finished:
+                span.add_event("cancelled", {"specdec.generated_tokens": target.output.num_generated})
+            span.set_attributes({"specdec.rounds": stats.rounds, "specdec.draft_tokens": stats.draft_tokens,
+                                 "specdec.accepted_tokens": stats.accepted_tokens, "specdec.fallback": stats.fallback})
             target.close()
             draft.close()
+            span.end()
+
+    def _round(self, target: TargetSession, draft: _Draft, stats: GenerationStats, parent, index: int) -> GenerationChunk:
+        span = tracer.start_span("speculative.round", context=parent)
+        started = time.perf_counter()
+        budget = target.draft_budget()
+        block = draft.propose(budget)
+        propose_ms = (time.perf_counter() - started) * 1000
+        verdict, chunk = target.step(block)
+        draft.feedback(verdict.num_accepted, [verdict.next_token_id])
+        if len(block):
+            stats.record_round(len(block), verdict.num_accepted)
+        chunk.round = info = replace(chunk.round, transport_ms=max(0.0, propose_ms - block.compute_ms), fallback=stats.fallback)
+        span.set_attributes({"specdec.round": index, "specdec.k": budget, "specdec.drafted": info.num_candidates,
+                             "specdec.accepted": info.num_accepted, "specdec.draft_ms": info.draft_ms, "specdec.target_ms": info.target_ms,
+                             "specdec.transport_ms": info.transport_ms, "specdec.fallback": info.fallback})
+        span.end()
+        return chunk
+
+    def _open_draft_under(self, parent, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
+        # Attached only for this call, so a remote draft's stream becomes a child of `generate`.
+        token = otel_context.attach(parent)
+        try:
+            return self._open_draft(request, stats)
+        finally:
+            otel_context.detach(token)
 
     def _open_draft(self, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
         if not request.speculative or self.drafter is None:
@@ -79,6 +125,7 @@ class SpeculativeGenerator:
             return self.drafter.open(draft_request)
         except DraftUnavailableError as error:
             log.warning("drafter unavailable, decoding with the target alone: %s", error)
+            trace.get_current_span().add_event("fallback", {"specdec.reason": str(error)})
             stats.fallback = True
             return None
 
@@ -86,9 +133,10 @@ class SpeculativeGenerator:
 class _Draft:
     """A draft session that, once it fails, is closed and replaced by target-only steps."""
 
-    def __init__(self, session: DraftSession | None, stats: GenerationStats) -> None:
+    def __init__(self, session: DraftSession | None, stats: GenerationStats, span: trace.Span) -> None:
         self.session = session
         self.stats = stats
+        self.span = span
 
     def propose(self, num_tokens: int) -> DraftBlock:
         if self.session is None:
@@ -109,6 +157,7 @@ class _Draft:
 
     def _fail(self, error: DraftUnavailableError) -> None:
         log.warning("drafter failed, continuing with the target alone (still lossless): %s", error)
+        self.span.add_event("fallback", {"specdec.reason": str(error)})
         self.stats.fallback = True
         self.close()
 

@@ -30,6 +30,8 @@ class UpPlan:
     gateway_port: int
     draft_port: int
     verify_port: int
+    draft_metrics_port: int = 9101
+    verify_metrics_port: int = 9102
 
 
 def default_pair_paths() -> tuple[str, str]:
@@ -96,10 +98,10 @@ def _start_all(stack: Stack, plan: UpPlan) -> None:
     draft_args = ["--draft-method", plan.draft_method] if plan.draft_method else []
     draft_args += [f"--draft={draft}"] if draft else []
     draft_args += [f"--target={target}"] if target and plan.draft_method == "layer_skip" else []
-    stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--port", str(plan.draft_port)])
+    stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--port", str(plan.draft_port), "--metrics-port", str(plan.draft_metrics_port)])
     _wait_grpc("draft", stack, f"localhost:{plan.draft_port}")
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--port", str(plan.verify_port),
-                           "--draft-endpoint", f"localhost:{plan.draft_port}"])
+                           "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}"])
     _wait_grpc("verify", stack, f"localhost:{plan.verify_port}")
     stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}"])
     _wait_http("gateway", stack, f"http://localhost:{plan.gateway_port}/ready")

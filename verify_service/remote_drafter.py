@@ -119,9 +119,25 @@ class RemoteDraftSession:
             self.pending_feedback = (num_accepted, list(appended_ids))
 
     def close(self) -> None:
-        """Cancel the stream: the draft service frees this session's KV cache at once."""
+        """End the stream: the draft service frees this session's KV cache at once."""
         if self.closed:
             return
         self.closed = True
         if self.call is not None:
-            self.drafter.loop.call_soon_threadsafe(self.call.cancel)
+            asyncio.run_coroutine_threadsafe(_finish(self.call), self.drafter.loop)
+
+
+async def _finish(call: grpc.aio.StreamStreamCall, timeout_s: float = 1.0) -> None:
+    """Half-close and drain, so the call (and its trace span) ends cleanly; cancel if that stalls."""
+
+    async def drain() -> None:
+        await call.done_writing()
+        while await call.read() is not grpc.aio.EOF:
+            pass
+
+    try:
+        await asyncio.wait_for(drain(), timeout_s)
+    except Exception:  # noqa: BLE001 -- a failed or stalled draft: cancelling is all that is left
+        pass
+    finally:
+        call.cancel()

@@ -92,4 +92,7 @@ def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[Ve
 
 async def serve(config: SpecdecConfig) -> None:
     """Run until SIGINT/SIGTERM, then drain in-flight streams for up to grace_seconds."""
-    await run_until_signalled(VerifyServer(config), config.verify_service.grace_seconds, "verify service")
+    server = VerifyServer(config)
+    server.servicer.metrics.serve(config.verify_service.metrics_port)
+    log.info("verify service metrics on :%d/metrics", config.verify_service.metrics_port)
+    await run_until_signalled(server, config.verify_service.grace_seconds, "verify service")

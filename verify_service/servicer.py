@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,11 +14,12 @@ from specdec.acceptance import AcceptanceMode
 from specdec.config import SpecdecConfig
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
+from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
 from specdec.request import GenerationStats
 from specdec.rpc.convert import block_from_proto, vocab_fingerprint
-from specdec.rpc.server import SessionLimit, abort_for
+from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.target_session import TargetSession
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
@@ -28,21 +30,23 @@ log = logging.getLogger(__name__)
 
 
 class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
-    def __init__(self, config: SpecdecConfig) -> None:
+    def __init__(self, config: SpecdecConfig, metrics: ServiceMetrics | None = None) -> None:
         self.config = config
         self.target: LoadedModel | None = None  # set once the model is loaded
         self.drafter: RemoteDrafter | None = None
         self.fingerprint = ""
-        self.sessions = SessionLimit(config.verify_service.max_sessions)
+        self.metrics = metrics or ServiceMetrics("verify")
+        self.sessions = SessionLimit(config.verify_service.max_sessions, self.metrics)
         self.executor = ThreadPoolExecutor(max_workers=min(32, config.verify_service.max_sessions), thread_name_prefix="verify")
 
     def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
         self.fingerprint = vocab_fingerprint(target.tokenizer)
+        self.metrics.track_cuda(target.device)
         self.drafter = drafter
         self.target = target
 
     async def _run(self, function, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+        return await run_in_thread(self.executor, function, *args)
 
     async def _require_target(self, context: grpc.aio.ServicerContext) -> LoadedModel:
         if self.target is None:
@@ -59,10 +63,22 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             drafter = self.drafter.with_deadline(context.time_remaining()) if self.drafter else None
             stats = GenerationStats()
             chunks = SpeculativeGenerator(target, drafter).stream(generation, stats)
+            timing = _EmitTiming(self.metrics)
             completion_tokens = 0
             async for chunk in self._drive(chunks, context):
                 completion_tokens += len(chunk.token_ids)
+                self._record_round(chunk, timing)
                 yield generate_response(chunk, generation, stats, completion_tokens, target.tokenizer)
+            if stats.fallback:
+                self.metrics.fallbacks.inc()
+
+    def _record_round(self, chunk: GenerationChunk, timing: _EmitTiming) -> None:
+        info = chunk.round
+        self.metrics.record_round(info.num_candidates, info.num_accepted)
+        for phase, milliseconds in (("draft", info.draft_ms), ("target", info.target_ms), ("transport", info.transport_ms)):
+            if phase == "target" or info.num_candidates:
+                self.metrics.round_duration.labels(phase).observe(milliseconds / 1000)
+        timing.emitted(len(chunk.token_ids))
 
     async def _drive(self, chunks: Iterator[GenerationChunk], context: grpc.aio.ServicerContext) -> AsyncIterator[GenerationChunk]:
         """Step the synchronous loop in a worker thread, one round at a time.
@@ -121,6 +137,8 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             verdict, chunk = await self._run(session.step, block)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)
+        self.metrics.record_round(len(block), verdict.num_accepted)
+        self.metrics.generated_tokens.inc(len(chunk.token_ids))
         return verify_response(session, verdict, chunk)
 
     async def Status(self, request: common_pb2.ServerStatusRequest, context: grpc.aio.ServicerContext) -> common_pb2.ServerStatus:
@@ -132,3 +150,25 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         return status
 
 
+
+
+class _EmitTiming:
+    """Time to first token and inter-token latency, as the caller of Generate sees them."""
+
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self.metrics = metrics
+        self.started = self.last = time.perf_counter()
+        self.first = True
+
+    def emitted(self, num_tokens: int) -> None:
+        if not num_tokens:
+            return
+        now = time.perf_counter()
+        self.metrics.generated_tokens.inc(num_tokens)
+        if self.first:
+            self.metrics.time_to_first_token.observe(now - self.started)
+            self.first = False
+            num_tokens -= 1  # the first token's latency is the TTFT
+        for _ in range(num_tokens):  # tokens of one round arrive together: spread the round's time
+            self.metrics.inter_token_latency.observe((now - self.last) / max(1, num_tokens))
+        self.last = now

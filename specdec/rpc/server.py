@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 
@@ -16,6 +19,8 @@ from pydantic import ValidationError
 
 from specdec.config import TlsSection
 from specdec.errors import DraftUnavailableError, InvalidRequestError, SpecdecError
+from specdec.metrics import ServiceMetrics
+from specdec.telemetry import grpc_client_interceptors, grpc_server_interceptors
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +42,7 @@ def create_server(address: str, service_names: Iterable[str], tls: TlsSection | 
 
     Returns (server, bound port, health servicer); port 0 in `address` picks a free port.
     """
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=grpc_server_interceptors())
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -71,9 +76,10 @@ def channel_credentials(tls: TlsSection) -> grpc.ChannelCredentials:
 def aio_channel(target: str, tls: TlsSection | None = None, round_robin: bool = True) -> grpc.aio.Channel:
     """A channel to `target` ("host:port" or "dns:///host:port" for round-robin over replicas)."""
     options = [*CHANNEL_OPTIONS, ("grpc.lb_policy_name", "round_robin")] if round_robin else CHANNEL_OPTIONS
+    interceptors = grpc_client_interceptors()  # trace context travels with every call
     if tls is not None and tls.client_enabled:
-        return grpc.aio.secure_channel(target, channel_credentials(tls), options=options)
-    return grpc.aio.insecure_channel(target, options=options)
+        return grpc.aio.secure_channel(target, channel_credentials(tls), options=options, interceptors=interceptors)
+    return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
 
 
 def _read(path: str | None, field: str) -> bytes:
@@ -84,21 +90,35 @@ def _read(path: str | None, field: str) -> bytes:
 
 
 class SessionLimit:
-    """Counts live sessions and refuses new ones past the cap (RESOURCE_EXHAUSTED)."""
+    """Counts live sessions, refuses new ones past the cap (RESOURCE_EXHAUSTED), and records each
+    finished call in the service's metrics: outcome code and end-to-end latency."""
 
-    def __init__(self, max_sessions: int) -> None:
+    def __init__(self, max_sessions: int, metrics: ServiceMetrics) -> None:
         self.max_sessions = max_sessions
+        self.metrics = metrics
         self.active = 0
+        metrics.running.set_function(lambda: self.active)
 
     @contextlib.asynccontextmanager
     async def hold(self, context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
-        if self.active >= self.max_sessions:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.active} sessions are active (max_sessions={self.max_sessions}); retry later")
-        self.active += 1
+        started, code = time.perf_counter(), "ok"
         try:
-            yield
+            if self.active >= self.max_sessions:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.active} sessions are active (max_sessions={self.max_sessions}); retry later")
+            self.active += 1
+            try:
+                yield
+            finally:
+                self.active -= 1
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
+        except BaseException:
+            code = context.code().name if context.code() is not None else "INTERNAL"
+            raise
         finally:
-            self.active -= 1
+            self.metrics.requests.labels(code).inc()
+            self.metrics.e2e_latency.observe(time.perf_counter() - started)
 
 
 _STATUS_FOR_ERROR = [
@@ -130,3 +150,9 @@ async def run_until_signalled(server, grace_seconds: float, name: str) -> None:
     await stop.wait()
     log.info("%s shutting down: NOT_SERVING, draining for up to %.0fs", name, grace_seconds)
     await server.stop(grace_seconds)
+
+
+async def run_in_thread(executor, function, *args):
+    """run_in_executor that keeps the caller's context (trace context included) in the worker."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(context.run, function, *args))

@@ -19,7 +19,8 @@ def _free_port() -> int:
 
 
 def test_up_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
-    ports = {"--gateway-port": _free_port(), "--draft-port": _free_port(), "--verify-port": _free_port()}
+    ports = {"--gateway-port": _free_port(), "--draft-port": _free_port(), "--verify-port": _free_port(),
+             "--draft-metrics-port": _free_port(), "--verify-metrics-port": _free_port()}
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
     log = (tmp_path / "up.log").open("w")  # the children's logs: a file, so no pipe can fill up
@@ -34,6 +35,8 @@ def test_up_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
         reply = httpx.post(url, json=body, timeout=30)
         assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"]
         assert reply.json()["speculative"]["rounds"] > 0
+        verify_metrics = httpx.get(f"http://127.0.0.1:{ports['--verify-metrics-port']}/metrics", timeout=5).text
+        assert "specdec_spec_decode_num_draft_tokens_total" in verify_metrics
     finally:
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0

@@ -30,7 +30,7 @@ def _free_port() -> int:
 
 def _spawn(*args: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1"],
+    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1", "--metrics-port", "0"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
