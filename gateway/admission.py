@@ -24,13 +24,15 @@ class Admission:
     async def slot(self) -> AsyncIterator[float]:
         """Hold a slot for the body of the `async with`; yields the seconds spent queued."""
         started = time.perf_counter()
-        if self.slots.locked() and self.waiting >= self.max_queue:
+        # NOTE: counted, not read off the semaphore: requests arriving in one event-loop turn have
+        # not tried to acquire yet, so the semaphore still looks free to all of them.
+        if self.running + self.waiting >= self.max_running + self.max_queue:
             raise overloaded(f"server busy: {self.running} running and {self.waiting} queued", retry_after_s=1)
         self.waiting += 1
         try:
             await asyncio.wait_for(self.slots.acquire(), timeout=self.queue_timeout_s)
         except asyncio.TimeoutError as error:
-            raise overloaded(f"no slot freed within {self.queue_timeout_s:.0f}s", retry_after_s=self.queue_timeout_s / 2) from error
+            raise overloaded(f"no slot freed within {self.queue_timeout_s:g}s", retry_after_s=self.queue_timeout_s / 2) from error
         finally:
             self.waiting -= 1
         self.running += 1
@@ -54,15 +56,15 @@ class RateLimiter:
     def check(self, key: str) -> None:
         """Count one request for `key`, or raise 429 with the seconds until the window frees up."""
         now = time.monotonic()
+        if self.tpm is not None:
+            used = _trim(self.tokens[key], now - self.WINDOW_S, timed_pairs=True)
+            if sum(count for _, count in used) >= self.tpm:
+                raise overloaded(f"rate limit: {self.tpm} tokens per minute", retry_after_s=used[0][0] + self.WINDOW_S - now)
         if self.rpm is not None:
             window = _trim(self.requests[key], now - self.WINDOW_S)
             if len(window) >= self.rpm:
                 raise overloaded(f"rate limit: {self.rpm} requests per minute", retry_after_s=window[0] + self.WINDOW_S - now)
             window.append(now)
-        if self.tpm is not None:
-            used = _trim(self.tokens[key], now - self.WINDOW_S, timed_pairs=True)
-            if sum(count for _, count in used) >= self.tpm:
-                raise overloaded(f"rate limit: {self.tpm} tokens per minute", retry_after_s=used[0][0] + self.WINDOW_S - now)
 
     def record_tokens(self, key: str, count: int) -> None:
         if self.tpm is not None and count:

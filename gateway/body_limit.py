@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import OpenAIError
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(HTTPException):
+    """An HTTPException, because FastAPI turns any other error raised while reading a body into 400."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"the request body is larger than {max_bytes} bytes")
 
 
 class BodySizeLimit:
@@ -31,7 +35,7 @@ class BodySizeLimit:
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                raise _TooLarge
+                raise _TooLarge(self.max_bytes)
             return message
 
         try:

@@ -55,7 +55,8 @@ def _validation_error(request: Request, error: RequestValidationError) -> JSONRe
 
 def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
     kind = {401: "authentication_error", 403: "permission_error", 404: "not_found_error"}.get(error.status_code, "invalid_request_error")
-    return OpenAIError(error.status_code, str(error.detail), kind).response()
+    code = {413: "request_too_large", 404: "not_found", 405: "method_not_allowed"}.get(error.status_code)
+    return OpenAIError(error.status_code, str(error.detail), kind, code=code).response()
 
 
 def _unexpected(request: Request, error: Exception) -> JSONResponse:

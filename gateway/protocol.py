@@ -6,7 +6,7 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Request(BaseModel):
@@ -67,14 +67,12 @@ class _SamplingRequest(_Request):
             raise ValueError("at most 16 stop sequences")
         return stops
 
-    @model_validator(mode="after")
-    def _no_unsupported_penalties(self):
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name):
-                raise ValueError(f"{name} is not supported (penalties would change the target distribution)")
-        if self.logit_bias:
-            raise ValueError("logit_bias is not supported")
-        return self
+    @field_validator("frequency_penalty", "presence_penalty", "logit_bias")
+    @classmethod
+    def _unsupported(cls, value, info):
+        if value:  # 0 / {} / null are the OpenAI defaults and change nothing
+            raise ValueError(f"{info.field_name} is not supported: it would change the target model's distribution")
+        return value
 
 
 class ChatCompletionRequest(_SamplingRequest):

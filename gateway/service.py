@@ -86,16 +86,18 @@ class Gateway:
         model = await self._check_request(request)
         self.rates.check(identity)
         http.state.audit = {"model": model, "n": request.n, "stream": request.stream}
-        stack = contextlib.AsyncExitStack()
-        queued_s = await stack.enter_async_context(self.admission.slot())
-        self.metrics.queue_time.observe(queued_s)
         completion = Completion(request, model)
-        try:
-            if not request.stream:
+        if not request.stream:
+            async with self.admission.slot() as queued_s:
+                self.metrics.queue_time.observe(queued_s)
                 body = completion.response(await run_all(self.upstream, request))
-                self._account(identity, body["usage"], body["speculative"], http)
-                self.metrics.time_to_first_token.observe(time.perf_counter() - http.state.started)
-                return JSONResponse(body)
+            self._account(identity, body["usage"], body["speculative"], http)
+            self.metrics.time_to_first_token.observe(time.perf_counter() - http.state.started)
+            return JSONResponse(body)
+        # A stream holds its slot until the last event (or the client's disconnect): see finish().
+        stack = contextlib.AsyncExitStack()
+        self.metrics.queue_time.observe(await stack.enter_async_context(self.admission.slot()))
+        try:
             opened = await open_streams(self.upstream, request)
         except BaseException:
             await stack.aclose()

@@ -1,0 +1,252 @@
+"""gateway.admission on its own: slot accounting, the bounded queue, its timeout, the rate windows."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import types
+
+import pytest
+
+import gateway.admission
+from gateway.admission import Admission, RateLimiter
+from gateway.errors import OpenAIError
+
+
+def assert_overloaded(error: OpenAIError) -> None:
+    assert error.status == 429
+    assert int(error.headers["Retry-After"]) >= 1
+    assert error.body()["error"]["type"] == "rate_limit_error"
+    assert error.body()["error"]["code"] == "rate_limit_exceeded"
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+# --- Admission -------------------------------------------------------------------------------
+
+
+def test_slots_are_counted_and_returned():
+    async def scenario():
+        admission = Admission(max_running=2, max_queue=2, queue_timeout_s=5)
+        release = asyncio.Event()
+        queued_for = []
+
+        async def hold():
+            async with admission.slot() as queued_s:
+                queued_for.append(queued_s)
+                await release.wait()
+
+        tasks = [asyncio.create_task(hold()) for _ in range(3)]
+        await settle()
+        assert (admission.running, admission.waiting) == (2, 1)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert (admission.running, admission.waiting) == (0, 0)
+        assert len(queued_for) == 3 and all(seconds >= 0 for seconds in queued_for)
+        async with admission.slot():
+            assert admission.running == 1
+        assert admission.running == 0
+
+    asyncio.run(scenario())
+
+
+def test_slot_is_returned_when_the_body_raises():
+    async def scenario():
+        admission = Admission(max_running=1, max_queue=0, queue_timeout_s=1)
+        with pytest.raises(RuntimeError):
+            async with admission.slot():
+                raise RuntimeError("generation failed")
+        assert admission.running == 0
+        async with admission.slot():  # the one slot is free again
+            assert admission.running == 1
+
+    asyncio.run(scenario())
+
+
+def test_full_queue_is_429_at_once():
+    async def scenario():
+        admission = Admission(max_running=1, max_queue=1, queue_timeout_s=5)
+        release = asyncio.Event()
+
+        async def hold():
+            async with admission.slot():
+                await release.wait()
+
+        holder, waiter = asyncio.create_task(hold()), asyncio.create_task(hold())
+        await settle()
+        assert (admission.running, admission.waiting) == (1, 1)
+        with pytest.raises(OpenAIError) as refused:
+            async with admission.slot():
+                pytest.fail("admitted past a full queue")
+        assert_overloaded(refused.value)
+        assert (admission.running, admission.waiting) == (1, 1)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(holder, waiter), 5)
+        assert (admission.running, admission.waiting) == (0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_burst_arriving_together_is_bounded_by_running_plus_queue():
+    async def scenario():
+        admission = Admission(max_running=1, max_queue=1, queue_timeout_s=5)
+        release = asyncio.Event()
+        outcomes = []
+
+        async def request():
+            try:
+                async with admission.slot():
+                    outcomes.append("admitted")
+                    await release.wait()
+            except OpenAIError as error:
+                assert_overloaded(error)
+                outcomes.append("refused")
+
+        tasks = [asyncio.create_task(request()) for _ in range(4)]  # all reach slot() in one loop turn
+        await settle()
+        assert admission.running + admission.waiting <= 2, (admission.running, admission.waiting)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert sorted(outcomes) == ["admitted", "admitted", "refused", "refused"]
+        assert (admission.running, admission.waiting) == (0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_no_queue_refuses_only_when_all_slots_are_busy():
+    async def scenario():
+        admission = Admission(max_running=1, max_queue=0, queue_timeout_s=5)
+        async with admission.slot():
+            with pytest.raises(OpenAIError) as refused:
+                async with admission.slot():
+                    pytest.fail("admitted with no slot and no queue")
+            assert_overloaded(refused.value)
+        async with admission.slot():
+            assert admission.running == 1
+
+    asyncio.run(scenario())
+
+
+def test_queue_timeout_is_429_and_leaves_no_trace():
+    async def scenario():
+        admission = Admission(max_running=1, max_queue=5, queue_timeout_s=0.05)
+        release = asyncio.Event()
+
+        async def hold():
+            async with admission.slot():
+                await release.wait()
+
+        holder = asyncio.create_task(hold())
+        await settle()
+        started = time.perf_counter()
+        with pytest.raises(OpenAIError) as refused:
+            async with admission.slot():
+                pytest.fail("admitted without a free slot")
+        assert time.perf_counter() - started >= 0.04
+        assert_overloaded(refused.value)
+        assert (admission.running, admission.waiting) == (1, 0)
+        release.set()
+        await asyncio.wait_for(holder, 5)
+        assert (admission.running, admission.waiting) == (0, 0)
+        async with admission.slot():  # the timed-out waiter took no slot with it
+            assert admission.running == 1
+
+    asyncio.run(scenario())
+
+
+def test_cancelled_waiter_leaves_the_queue():
+    async def scenario():
+        admission = Admission(max_running=1, max_queue=1, queue_timeout_s=5)
+        release = asyncio.Event()
+
+        async def hold():
+            async with admission.slot():
+                await release.wait()
+
+        holder, waiter = asyncio.create_task(hold()), asyncio.create_task(hold())
+        await settle()
+        assert admission.waiting == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert (admission.running, admission.waiting) == (1, 0)
+        release.set()
+        await asyncio.wait_for(holder, 5)
+        async with admission.slot():
+            assert admission.running == 1
+        assert admission.running == 0
+
+    asyncio.run(scenario())
+
+
+# --- RateLimiter -----------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(gateway.admission, "time", types.SimpleNamespace(monotonic=clock.monotonic, perf_counter=time.perf_counter))
+    return clock
+
+
+def test_request_window_frees_after_a_minute(clock):
+    limiter = RateLimiter(requests_per_minute=2, tokens_per_minute=None)
+    limiter.check("a")
+    clock.now += 10
+    limiter.check("a")
+    clock.now += 35
+    with pytest.raises(OpenAIError) as refused:
+        limiter.check("a")
+    assert_overloaded(refused.value)
+    assert refused.value.headers["Retry-After"] == "15"  # the first request leaves the window at +60 s
+    limiter.check("b")  # keys are counted apart
+    clock.now += 15.5
+    limiter.check("a")  # the first request has left the window
+    with pytest.raises(OpenAIError):
+        limiter.check("a")
+
+
+def test_refused_requests_do_not_extend_the_window(clock):
+    limiter = RateLimiter(requests_per_minute=1, tokens_per_minute=None)
+    limiter.check("a")
+    for _ in range(5):
+        clock.now += 10
+        with pytest.raises(OpenAIError):
+            limiter.check("a")
+    clock.now += 10.5
+    limiter.check("a")
+
+
+def test_token_window_frees_after_a_minute(clock):
+    limiter = RateLimiter(requests_per_minute=None, tokens_per_minute=10)
+    limiter.check("a")
+    limiter.record_tokens("a", 6)
+    clock.now += 20
+    limiter.check("a")  # 6 < 10
+    limiter.record_tokens("a", 4)
+    clock.now += 1
+    with pytest.raises(OpenAIError) as refused:
+        limiter.check("a")
+    assert_overloaded(refused.value)
+    assert refused.value.headers["Retry-After"] == "39"
+    limiter.check("b")
+    clock.now += 39.5  # the 6 leave the window; the 4 remain
+    limiter.check("a")
+
+
+def test_no_limits_never_refuse(clock):
+    limiter = RateLimiter(requests_per_minute=None, tokens_per_minute=None)
+    for _ in range(1000):
+        limiter.check("a")
+        limiter.record_tokens("a", 1000)
