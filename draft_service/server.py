@@ -10,6 +10,7 @@ import time
 from draft_service.servicer import DraftServicer, LoadedDrafter
 from specdec.config import SpecdecConfig
 from specdec.engine import load_draft_side
+from specdec.memory_plan import ensure_fits
 from specdec.models import describe_memory
 from specdec.rpc.server import create_server as create_grpc_server
 from specdec.rpc.server import run_until_signalled, set_serving
@@ -25,6 +26,7 @@ class DraftServer:
     def __init__(self, config: SpecdecConfig, address: str | None = None) -> None:
         settings = config.draft_service
         self.config = config
+        self.service_names = SERVICE_NAMES
         self.servicer = DraftServicer(settings.max_sessions)
         self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
         draft_pb2_grpc.add_DraftServiceServicer_to_server(self.servicer, self.server)
@@ -46,6 +48,7 @@ class DraftServer:
 
 
 def _load(config: SpecdecConfig) -> LoadedDrafter:
+    ensure_fits(config, "draft")
     started = time.perf_counter()
     drafter, model = load_draft_side(config)
     memory = describe_memory(model) if model is not None else "no weights"

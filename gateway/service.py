@@ -86,12 +86,17 @@ class Gateway:
         model = await self._check_request(request)
         self.rates.check(identity)
         http.state.audit = {"model": model, "n": request.n, "stream": request.stream}
+        if self.log_content:  # off by default: prompts and outputs stay out of logs
+            http.state.audit["prompt"] = request.model_dump(include={"messages", "prompt"})
         completion = Completion(request, model)
         if not request.stream:
             async with self.admission.slot() as queued_s:
                 self.metrics.queue_time.observe(queued_s)
-                body = completion.response(await run_all(self.upstream, request))
+                choices = await run_all(self.upstream, request)
+                body = completion.response(choices)
             self._account(identity, body["usage"], body["speculative"], http)
+            if self.log_content:
+                http.state.audit["output"] = [choice.text for choice in choices]
             self.metrics.time_to_first_token.observe(time.perf_counter() - http.state.started)
             return JSONResponse(body)
         # A stream holds its slot until the last event (or the client's disconnect): see finish().

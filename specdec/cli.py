@@ -46,6 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--config", help="accepted for uniformity; unused")
     _add_serve(commands)
+    plan = commands.add_parser("plan", help="memory plan: weights, KV bytes per token, sessions that fit per device")
+    plan.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
+    plan.add_argument("--target")
+    plan.add_argument("--draft")
+    plan.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    plan.add_argument("--layer-skip-layers", type=int)
+    plan.add_argument("--draft-quantization", choices=["int8"])
+    plan.add_argument("--device")
+    plan.add_argument("--draft-device")
+    plan.add_argument("--dtype")
+    check = commands.add_parser("healthcheck", help="exit 0 when a service is healthy (for container probes)")
+    check.add_argument("service", choices=["draft", "verify", "gateway"])
+    check.add_argument("--address", help="HOST:PORT (default: localhost and the service's port from the config)")
+    check.add_argument("--timeout", type=float, default=3.0)
+    check.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     up = commands.add_parser("up", help="run draft, verify and gateway on this host (default: the embedded pair)")
     up.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     up.add_argument("--target", help="target model (default: the embedded default pair)")
@@ -145,7 +160,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     from specdec import commands  # deferred: torch/transformers load only for commands that need them
 
     handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
-                "up": commands.up}
+                "up": commands.up, "healthcheck": commands.healthcheck,
+                "plan": commands.memory_plan}
     return handlers[args.command](args)
 
 

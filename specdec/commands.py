@@ -171,3 +171,50 @@ def up(args: argparse.Namespace) -> int:
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
                          gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
                          draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port))
+
+
+def healthcheck(args: argparse.Namespace) -> int:
+    """grpc.health.v1 for draft and verify (SERVING), GET /ready for the gateway; 0 = healthy."""
+    config = load_config(args.config)
+    ports = {"draft": config.draft_service.port, "verify": config.verify_service.port, "gateway": config.serving.port}
+    address = args.address or f"localhost:{ports[args.service]}"
+    healthy, detail = _probe_http(address, args.timeout) if args.service == "gateway" else _probe_grpc(address, args.timeout)
+    print(f"{args.service} at {address}: {detail}", file=sys.stderr if not healthy else sys.stdout)
+    return 0 if healthy else 1
+
+
+def _probe_grpc(address: str, timeout: float) -> tuple[bool, str]:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
+        except grpc.RpcError as error:
+            return False, f"unreachable ({error.code().name})"
+    return reply.status == health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+def _probe_http(address: str, timeout: float) -> tuple[bool, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/ready", timeout=timeout) as response:
+            return response.status == 200, "ready"
+    except urllib.error.HTTPError as error:
+        return False, f"not ready (HTTP {error.code})"
+    except OSError as error:
+        return False, f"unreachable ({error})"
+
+
+def memory_plan(args: argparse.Namespace) -> int:
+    from specdec.memory_plan import describe, plan
+
+    _quiet_transformers("info")
+    config = load_config(args.config, {"model": {
+        "target_path": args.target, "draft_path": args.draft, "draft_method": args.draft_method, "layer_skip_layers": args.layer_skip_layers,
+        "draft_quantization": args.draft_quantization, "device": args.device, "draft_device": args.draft_device, "dtype": args.dtype}})
+    devices = plan(config)
+    print(describe(devices))
+    return 0 if all(device.sessions_that_fit >= 1 for device in devices) else 1

@@ -199,9 +199,9 @@ def make_gateway(verify_server):
 
     started = []
 
-    def make(**serving):
+    def make(observability: dict | None = None, **serving):
         settings = {"verify_endpoint": f"127.0.0.1:{verify_server.port}", **serving}
-        started.append(GatewayThread(SpecdecConfig(serving=settings)))
+        started.append(GatewayThread(SpecdecConfig(serving=settings, observability=observability or {})))
         return started[-1]
 
     yield make

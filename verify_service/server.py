@@ -10,6 +10,7 @@ import grpc
 
 from specdec.config import SpecdecConfig
 from specdec.errors import SpecdecError
+from specdec.memory_plan import ensure_fits
 from specdec.models import LoadedModel, describe_memory, load_model
 from specdec.rpc.server import aio_channel, run_until_signalled, set_serving
 from specdec.rpc.server import create_server as create_grpc_server
@@ -27,6 +28,7 @@ class VerifyServer:
     def __init__(self, config: SpecdecConfig, address: str | None = None) -> None:
         settings = config.verify_service
         self.config = config
+        self.service_names = SERVICE_NAMES
         self.servicer = VerifyServicer(config)
         self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
         verify_pb2_grpc.add_VerifyServiceServicer_to_server(self.servicer, self.server)
@@ -78,6 +80,7 @@ def _load_target(config: SpecdecConfig) -> LoadedModel:
     models = config.model
     if not models.target_path:
         raise SpecdecError("no target model: set model.target_path or pass --target")
+    ensure_fits(config, "target")
     started = time.perf_counter()
     target = load_model(models.target_path, device=models.device, dtype=models.dtype)
     log.info("loaded target %s in %.1fs (%s)", models.target_path, time.perf_counter() - started, describe_memory(target))

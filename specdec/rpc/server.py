@@ -140,15 +140,22 @@ async def abort_for(context: grpc.aio.ServicerContext, error: Exception) -> None
     await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
 
 
-async def run_until_signalled(server, grace_seconds: float, name: str) -> None:
-    """`await server.start()`, serve until SIGINT/SIGTERM, then `server.stop(grace)` (health flips first)."""
+async def run_until_signalled(server, grace_seconds: float, name: str, announce_seconds: float = 1.0) -> None:
+    """`await server.start()`, serve until SIGINT/SIGTERM, then drain.
+
+    Draining: health turns NOT_SERVING at once and stays answerable for `announce_seconds`, so
+    probes and load balancers stop sending work; then new calls are refused, in-flight streams
+    get `grace_seconds` to finish, and whatever is left is cancelled with an explicit status.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await server.start()
     await stop.wait()
-    log.info("%s shutting down: NOT_SERVING, draining for up to %.0fs", name, grace_seconds)
+    log.info("%s draining: NOT_SERVING now, refusing new calls in %.1fs, in-flight streams get %.0fs", name, announce_seconds, grace_seconds)
+    await set_serving(server.health, server.service_names, False)
+    await asyncio.sleep(min(announce_seconds, grace_seconds))
     await server.stop(grace_seconds)
 
 

@@ -194,3 +194,16 @@ def test_authenticate_refuses_missing_or_malformed_headers():
         assert refused.value.status == 401
         assert refused.value.code == "invalid_api_key"
     assert keys.authenticate("bearer alpha-key") == "alpha-key"
+
+
+def test_prompt_and_output_text_are_logged_only_when_log_content_is_enabled(make_gateway, caplog):
+    secret = "a prompt that only the content flag may log"
+    for log_content in (False, True):
+        gateway = make_gateway(observability={"log_content": log_content})
+        with caplog.at_level(logging.INFO, logger="specdec.audit"):
+            caplog.clear()
+            body = {"model": "target", "messages": [{"role": "user", "content": secret}], "max_tokens": 3}
+            httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30).raise_for_status()
+        audits = [record for record in caplog.records if record.name == "specdec.audit"]
+        assert audits and (secret in str(audits[-1].fields)) is log_content
+        assert ("output" in audits[-1].fields) is log_content

@@ -120,3 +120,37 @@ def test_a_draft_with_another_vocabulary_is_refused_and_falls_back(make_draft_se
         completion = client.generate(PROMPT, max_tokens=20, temperature=0, ignore_eos=True)
     assert completion.token_ids == greedy_reference[:20] and completion.summary.fallback
     assert completion.summary.draft_tokens == 0
+
+
+def test_propose_streams_round_robin_over_draft_replicas(make_draft_server, make_verify_server, tiny_target, tiny_draft, greedy_reference):
+    replicas = [make_draft_server(ModelDrafter(tiny_draft.model), tiny_draft) for _ in range(2)]
+    addresses = ",".join(f"127.0.0.1:{replica.port}" for replica in replicas)
+    server = make_verify_server(tiny_target, f"ipv4:{addresses}")  # like dns:///name resolving to two hosts
+    with VerifyClient(f"127.0.0.1:{server.port}") as client:
+        for _ in range(6):
+            completion = client.generate(PROMPT, max_tokens=20, temperature=0, ignore_eos=True)
+            assert completion.token_ids == greedy_reference[:20] and not completion.summary.fallback
+    served = [replica.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "ok"}) or 0 for replica in replicas]
+    assert all(count >= 2 for count in served), served
+
+
+def test_sigterm_with_a_stream_in_flight_flips_health_first_and_finishes_the_stream(tiny_pair_paths, greedy_reference):
+    port = _free_port()
+    verify = _spawn("verify", "--target", str(tiny_pair_paths.target), "--port", str(port), "--no-draft")
+    client = VerifyClient(f"127.0.0.1:{port}")
+    try:
+        _wait_serving(client, verify)
+        stream = client.generate_stream(PROMPT, max_tokens=300, temperature=0, ignore_eos=True, speculative=False)
+        responses = [next(stream)]
+        verify.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while client.is_serving(timeout=0.5):
+            assert time.monotonic() < deadline, "health never turned NOT_SERVING"
+            time.sleep(0.02)
+        responses.extend(stream)  # the in-flight stream still completes
+        assert [t for r in responses for t in r.token_ids] == greedy_reference and responses[-1].finish_reason == "length"
+        assert verify.wait(timeout=30) == 0
+    finally:
+        client.close()
+        if verify.poll() is None:
+            verify.kill()
