@@ -125,3 +125,15 @@ def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(SpecdecError) as caught:
         load_config(path)
     assert str(path) in str(caught.value)
+
+
+def test_every_setting_is_in_the_readme_reference_table():
+    from pathlib import Path
+
+    from specdec.config import SpecdecConfig
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Configuration reference"):readme.index("### Memory plan")]
+    missing = [f"{section}.{name}" for section, field in SpecdecConfig.model_fields.items()
+               for name in field.annotation.model_fields if f"`{section}.{name}`" not in table]
+    assert not missing, f"document these settings in the README: {missing}"
