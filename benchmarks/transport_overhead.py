@@ -31,7 +31,9 @@ def _free_port() -> int:
 
 
 def _spawn(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
+    # One core per service: on this 2-core host they stand in for separate hosts, and idle OpenMP
+    # workers spinning after a forward pass would otherwise steal the other service's core.
+    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1", "--metrics-port", "0"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -12,18 +12,12 @@ own `torch.Generator`, and only where a draw is needed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 
+from specdec.enums import AcceptanceMode
 from specdec.noise import gumbel_argmax
 from specdec.sampling import SparseDistribution, densify
-
-
-class AcceptanceMode(str, Enum):
-    GREEDY = "greedy"
-    REJECTION = "rejection"
-    COUPLED = "coupled"
 
 
 @dataclass(frozen=True)

