@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.enums import AcceptanceMode
 from specdec.noise import gumbel_argmax
 from specdec.sampling import SparseDistribution, densify
 
