@@ -6,7 +6,6 @@ import asyncio
 import logging
 import time
 
-
 from draft_service.servicer import DraftServicer, LoadedDrafter
 from specdec.config import SpecdecConfig
 from specdec.engine import load_draft_side

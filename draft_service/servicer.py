@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import grpc
 from opentelemetry import trace
 
-from specdec.acceptance import AcceptanceMode
 from specdec.drafters.base import Drafter, DraftRequest, DraftSession
+from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError
 from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel

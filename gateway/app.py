@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-
-from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response
 import time
 import uuid
 
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.body_limit import BodySizeLimit

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from specdec.acceptance import AcceptanceMode
+from specdec.enums import AcceptanceMode
 from specdec.sampling import SamplingParams
 
 

@@ -6,9 +6,9 @@ distribution p that speculative decoding must reproduce is defined in exactly on
 
 from __future__ import annotations
 
-import torch
 from typing import NamedTuple
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 

@@ -11,8 +11,9 @@ import time
 
 import torch
 
-from specdec.acceptance import AcceptanceMode, RoundVerdict, coupled_accept, greedy_accept, rejection_accept
+from specdec.acceptance import RoundVerdict, coupled_accept, greedy_accept, rejection_accept
 from specdec.drafters.base import DraftBlock
+from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.kv_cache import CachedSequence
 from specdec.models import LoadedModel

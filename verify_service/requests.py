@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from specdec.acceptance import AcceptanceMode
 from specdec.config import SpecdecConfig
+from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text

@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from specdec.acceptance import AcceptanceMode
 from specdec.config import SpecdecConfig
+from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.metrics import ServiceMetrics

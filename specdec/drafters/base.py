@@ -14,7 +14,7 @@ from typing import Protocol
 
 import torch
 
-from specdec.acceptance import AcceptanceMode
+from specdec.enums import AcceptanceMode
 from specdec.sampling import SamplingParams, SparseDistribution
 
 

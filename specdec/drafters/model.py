@@ -11,8 +11,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from specdec.acceptance import AcceptanceMode
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
+from specdec.enums import AcceptanceMode
 from specdec.kv_cache import CachedSequence
 from specdec.noise import gumbel_argmax, keyed_gumbel
 from specdec.sampling import SparseDistribution, processed_probs, sparse_top_k

@@ -8,8 +8,8 @@ import math
 import torch
 from pydantic import ValidationError
 
-from specdec.acceptance import AcceptanceMode
 from specdec.drafters.base import DraftBlock
+from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.sampling import SamplingParams, SparseDistribution
 from specdec.v1 import common_pb2

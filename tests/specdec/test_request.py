@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from specdec.acceptance import AcceptanceMode
+from specdec.enums import AcceptanceMode
 from specdec.request import GenerationRequest, GenerationStats
 from specdec.sampling import SamplingParams
 

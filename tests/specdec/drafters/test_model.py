@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.acceptance import AcceptanceMode
 from specdec.drafters import DraftRequest, ModelDrafter, layer_skip_drafter
 from specdec.drafters.model import truncated_view
+from specdec.enums import AcceptanceMode
 from specdec.sampling import SamplingParams
 
 

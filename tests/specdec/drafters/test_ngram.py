@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from specdec.acceptance import AcceptanceMode
 from specdec.drafters import DraftRequest, NgramDrafter
 from specdec.drafters.ngram import lookup_continuation
+from specdec.enums import AcceptanceMode
 from specdec.sampling import SamplingParams
 
 

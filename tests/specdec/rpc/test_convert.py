@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from specdec.acceptance import AcceptanceMode
+from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.rpc.convert import (
     acceptance_from_proto,
