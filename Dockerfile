@@ -66,7 +66,9 @@ grpcio-health-checking==1.85.1
 grpcio-reflection==1.85.1
 h11==0.16.0
 hf-xet==1.8.0
+httpcore==1.0.9
 httpcore2==2.16.2
+httpx==0.28.1
 httpx2==2.16.2
 huggingface-hub==2.4.0
 idna==3.20
@@ -103,6 +105,7 @@ regex==2026.11.19
 requests==2.34.2
 rich==15.0.0
 safetensors==0.8.0
+scipy==1.17.1
 setuptools==84.2.1
 shellingham==1.5.4
 starlette==1.10.0

@@ -56,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--device")
     plan.add_argument("--draft-device")
     plan.add_argument("--dtype")
+    lossless = commands.add_parser("check-lossless", help="spec on vs off against a running gateway: PASS/FAIL")
+    lossless.add_argument("--url", default="http://localhost:8000", help="the gateway")
+    lossless.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default: $OPENAI_API_KEY")
+    lossless.add_argument("--model", help="default: the first model the gateway lists")
+    lossless.add_argument("--prompts", type=int, default=8, help="prompts for the greedy and coupled checks (max 12)")
+    lossless.add_argument("--max-tokens", type=int, default=32)
+    lossless.add_argument("--samples", type=int, default=300, help="seeded samples per side for the rejection check")
+    lossless.add_argument("--config", help="accepted for uniformity; unused")
     check = commands.add_parser("healthcheck", help="exit 0 when a service is healthy (for container probes)")
     check.add_argument("service", choices=["draft", "verify", "gateway"])
     check.add_argument("--address", help="HOST:PORT (default: localhost and the service's port from the config)")
@@ -161,7 +169,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
                 "up": commands.up, "healthcheck": commands.healthcheck,
-                "plan": commands.memory_plan}
+                "plan": commands.memory_plan, "check-lossless": commands.check_lossless}
     return handlers[args.command](args)
 
 

@@ -229,3 +229,14 @@ def memory_plan(args: argparse.Namespace) -> int:
     devices = plan(config)
     print(describe(devices))
     return 0 if all(device.sessions_that_fit >= 1 for device in devices) else 1
+
+
+def check_lossless(args: argparse.Namespace) -> int:
+    from specdec.lossless_check import run
+
+    results = run(args.url, args.api_key, args.model, min(args.prompts, 12), args.max_tokens, args.samples)
+    for result in results:
+        print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}: {result.detail}")
+    passed = all(result.passed for result in results)
+    print("lossless: PASS" if passed else "lossless: FAIL")
+    return 0 if passed else 1
