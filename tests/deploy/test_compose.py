@@ -22,7 +22,9 @@ except ImportError:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
 OVERRIDES = {"single-gpu": ROOT / "compose.single-gpu.yaml", "cpu": ROOT / "compose.cpu.yaml"}
-SCHEMA = ROOT.parent / "shared" / "schemas" / "compose-spec.json"
+# A copy of ../shared/schemas/compose-spec.json (Apache-2.0, see deploy/schemas/SOURCE.md): a clean clone
+# must validate on its own.
+SCHEMA = ROOT / "deploy" / "schemas" / "compose-spec.json"
 
 ROLES = ("draft", "verify", "gateway")
 # grace_seconds: draft_service 5, verify_service 10, the gateway's uvicorn graceful shutdown 10.
@@ -137,8 +139,7 @@ def base() -> dict:
 @pytest.fixture(scope="module")
 def compose_schema() -> dict:
     if not SCHEMA.is_file():
-        pytest.fail(f"the Compose Specification schema is missing: expected {SCHEMA} (shared/schemas/compose-spec.json "
-                    "beside the checkout; see shared/schemas/SOURCE.md)", pytrace=False)
+        pytest.fail(f"the Compose Specification schema is missing: expected {SCHEMA} (see deploy/schemas/SOURCE.md)", pytrace=False)
     return json.loads(SCHEMA.read_text(encoding="utf-8"))
 
 

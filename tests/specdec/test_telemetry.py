@@ -17,6 +17,7 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from specdec.client import VerifyClient
 from specdec.telemetry import JsonFormatter
 
 
@@ -77,19 +78,22 @@ def traced_stack(receiver, tiny_pair_paths, tmp_path_factory):
     url = f"http://127.0.0.1:{ports['gateway']}"
     try:
         deadline = time.monotonic() + 90
-        while True:
-            assert time.monotonic() < deadline, "the traced stack did not become ready"
-            try:
-                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
+        with VerifyClient(f"127.0.0.1:{ports['draft']}") as draft_health:  # its health stub speaks to any service
+            while not (_gateway_ready(url) and draft_health.is_serving(timeout=1)):
+                assert time.monotonic() < deadline, "the traced stack did not become ready"
+                time.sleep(0.3)
         yield url, logs
     finally:
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
+
+
+def _gateway_ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def test_one_request_is_one_trace_across_gateway_verify_and_draft(receiver, traced_stack):
