@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     lossless.add_argument("--max-tokens", type=int, default=32)
     lossless.add_argument("--samples", type=int, default=300, help="seeded samples per side for the rejection check")
     lossless.add_argument("--config", help="accepted for uniformity; unused")
+    _add_bench(commands)
     check = commands.add_parser("healthcheck", help="exit 0 when a service is healthy (for container probes)")
     check.add_argument("service", choices=["draft", "verify", "gateway"])
     check.add_argument("--address", help="HOST:PORT (default: localhost and the service's port from the config)")
@@ -108,6 +109,25 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--acceptance", choices=["rejection", "coupled"])
     gen.add_argument("--no-speculation", action="store_true", help="target-only decoding (the reference)")
     gen.add_argument("--json", action="store_true", help="print text, token_ids and stats as JSON")
+
+
+def _add_bench(commands: argparse._SubParsersAction) -> None:
+    bench = commands.add_parser("bench", help="measured speedup: speculation on vs off against a running gateway (Spec-Bench prompts)")
+    bench.add_argument("--url", default="http://localhost:8000", help="the gateway")
+    bench.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default: $OPENAI_API_KEY")
+    bench.add_argument("--model", help="default: the first model the gateway lists")
+    bench.add_argument("--prompts", help="JSONL: Spec-Bench lines (category, turns) or lines with `prompt` or `messages` "
+                                         "(default: benchmarks/spec-bench/question.jsonl, the Spec-Bench questions)")
+    bench.add_argument("--limit", type=int, default=80, help="prompts to use, taken round-robin across categories")
+    bench.add_argument("--categories", help="comma-separated categories to keep (default: all)")
+    bench.add_argument("--concurrency", default="1,4", help="comma-separated concurrency levels")
+    bench.add_argument("--max-tokens", type=int, default=128)
+    bench.add_argument("--temperature", type=float, default=0.0)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--num-draft-tokens", type=int, help="K for the speculative requests (default: the server's)")
+    bench.add_argument("--out", help="output directory (default: bench-results/<timestamp>)")
+    bench.add_argument("--no-plot", action="store_true", help="do not write speedup.png")
+    bench.add_argument("--config", help="accepted for uniformity; unused")
 
 
 def _add_serve(commands: argparse._SubParsersAction) -> None:
@@ -169,7 +189,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
                 "up": commands.up, "healthcheck": commands.healthcheck,
-                "plan": commands.memory_plan, "check-lossless": commands.check_lossless}
+                "plan": commands.memory_plan, "check-lossless": commands.check_lossless,
+                "bench": commands.bench}
     return handlers[args.command](args)
 
 

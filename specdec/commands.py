@@ -240,3 +240,30 @@ def check_lossless(args: argparse.Namespace) -> int:
     passed = all(result.passed for result in results)
     print("lossless: PASS" if passed else "lossless: FAIL")
     return 0 if passed else 1
+
+
+def bench(args: argparse.Namespace) -> int:
+    import shlex
+
+    from specdec.bench import DEFAULT_PROMPTS, BenchOptions, parse_int_list, render_markdown, run_bench
+    from specdec.errors import SpecdecError
+
+    if args.limit < 1 or args.max_tokens < 1:
+        raise SpecdecError(f"{'--limit' if args.limit < 1 else '--max-tokens'}: must be at least 1")
+    options = BenchOptions(
+        url=args.url, api_key=args.api_key, model=args.model, prompts=args.prompts or DEFAULT_PROMPTS, limit=args.limit,
+        categories=[c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None,
+        concurrency=parse_int_list(args.concurrency, "--concurrency"), max_tokens=args.max_tokens, temperature=args.temperature,
+        seed=args.seed, num_draft_tokens=args.num_draft_tokens, out=args.out, plot=not args.no_plot,
+        command=shlex.join(["specdec", "bench", *_effective_flags(args, hidden=("command", "api_key", "config"))]),
+    )
+    results = run_bench(options)
+    print(render_markdown(results), end="")
+    print(f"results: {results['out']}", file=sys.stderr)
+    return 0
+
+
+def _effective_flags(args: argparse.Namespace, hidden: tuple[str, ...]) -> list[str]:
+    """The command line with every default spelled out, rebuilt from args rather than sys.argv so a key never lands in a file."""
+    return [f"--{key.replace('_', '-')}" + ("" if value is True else f"={value}")
+            for key, value in vars(args).items() if key not in hidden and value is not None and value is not False]
