@@ -168,7 +168,8 @@ def _serve_gateway(config: SpecdecConfig) -> int:
 
     settings = config.serving
     # SIGINT/SIGTERM: uvicorn stops accepting, lets open responses finish, then exits.
-    uvicorn.run(create_app(config), host=settings.host, port=settings.port, log_level=config.observability.log_level,
+    # log_config=None: uvicorn keeps our JSON logging instead of installing its own text format.
+    uvicorn.run(create_app(config), host=settings.host, port=settings.port, log_level=config.observability.log_level, log_config=None,
                 timeout_graceful_shutdown=10)
     return 0
 
