@@ -13,6 +13,12 @@ from gateway.admission import Admission, RateLimiter
 from gateway.errors import OpenAIError
 
 
+async def hold(admission: Admission, release: asyncio.Event) -> None:
+    """Occupy a slot (or a queue place) until `release` is set."""
+    async with admission.slot():
+        await release.wait()
+
+
 def assert_overloaded(error: OpenAIError) -> None:
     assert error.status == 429
     assert int(error.headers["Retry-After"]) >= 1
@@ -34,12 +40,12 @@ def test_slots_are_counted_and_returned():
         release = asyncio.Event()
         queued_for = []
 
-        async def hold():
+        async def hold_and_record():
             async with admission.slot() as queued_s:
                 queued_for.append(queued_s)
                 await release.wait()
 
-        tasks = [asyncio.create_task(hold()) for _ in range(3)]
+        tasks = [asyncio.create_task(hold_and_record()) for _ in range(3)]
         await settle()
         assert (admission.running, admission.waiting) == (2, 1)
         release.set()
@@ -71,11 +77,7 @@ def test_full_queue_is_429_at_once():
         admission = Admission(max_running=1, max_queue=1, queue_timeout_s=5)
         release = asyncio.Event()
 
-        async def hold():
-            async with admission.slot():
-                await release.wait()
-
-        holder, waiter = asyncio.create_task(hold()), asyncio.create_task(hold())
+        holder, waiter = asyncio.create_task(hold(admission, release)), asyncio.create_task(hold(admission, release))
         await settle()
         assert (admission.running, admission.waiting) == (1, 1)
         with pytest.raises(OpenAIError) as refused:
@@ -135,11 +137,7 @@ def test_queue_timeout_is_429_and_leaves_no_trace():
         admission = Admission(max_running=1, max_queue=5, queue_timeout_s=0.05)
         release = asyncio.Event()
 
-        async def hold():
-            async with admission.slot():
-                await release.wait()
-
-        holder = asyncio.create_task(hold())
+        holder = asyncio.create_task(hold(admission, release))
         await settle()
         started = time.perf_counter()
         with pytest.raises(OpenAIError) as refused:
@@ -162,11 +160,7 @@ def test_cancelled_waiter_leaves_the_queue():
         admission = Admission(max_running=1, max_queue=1, queue_timeout_s=5)
         release = asyncio.Event()
 
-        async def hold():
-            async with admission.slot():
-                await release.wait()
-
-        holder, waiter = asyncio.create_task(hold()), asyncio.create_task(hold())
+        holder, waiter = asyncio.create_task(hold(admission, release)), asyncio.create_task(hold(admission, release))
         await settle()
         assert admission.waiting == 1
         waiter.cancel()
