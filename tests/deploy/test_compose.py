@@ -7,123 +7,25 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
-from specdec.cli import build_parser
+from compose_support import COMPOSE, OVERRIDES, VARIANTS, plain, duration_s, environment, load_variant, load_yaml
+from deploy_support import DRAIN_S, METRICS_PORTS, PORTS, ROLES, ROOT, parse_cli
 
 try:
     import jsonschema  # noqa: F401 - a dev dependency, used through jsonschema.validators below
 except ImportError:  # pragma: no cover
     pytest.fail("jsonschema is not installed: pip install 'jsonschema>=4.18' (a dev dependency)", pytrace=False)
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = ROOT / "compose.yaml"
-OVERRIDES = {"single-gpu": ROOT / "compose.single-gpu.yaml", "cpu": ROOT / "compose.cpu.yaml"}
 # A copy of ../shared/schemas/compose-spec.json (Apache-2.0, see deploy/schemas/SOURCE.md): a clean clone
 # must validate on its own.
 SCHEMA = ROOT / "deploy" / "schemas" / "compose-spec.json"
 
-ROLES = ("draft", "verify", "gateway")
-# grace_seconds: draft_service 5, verify_service 10, the gateway's uvicorn graceful shutdown 10.
-DRAIN_S = {"draft": 5, "verify": 10, "gateway": 10}
-PORTS = {"draft": 50051, "verify": 50052, "gateway": 8000}
-METRICS_PORTS = {"draft": 9101, "verify": 9102, "gateway": 8000}
 IMAGE_RE = re.compile(r"^\$\{SPECDEC_IMAGE(:-[^}]+)?\}:\$\{SPECDEC_TAG(:[-?][^}]*)?\}$")
 
 
-# --- loading and merging, the way `docker compose -f a -f b` does -------------------------------------
-
-class _Reset:
-    """`!reset`: drop the key inherited from the files before."""
-
-
-RESET = _Reset()
-
-
-class _Override:
-    """`!override`: replace the inherited value instead of merging into it."""
-
-    def __init__(self, value):
-        self.value = value
-
-
-class _ComposeLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_reset(loader, node):
-    return RESET
-
-
-def _construct_override(loader, node):
-    if isinstance(node, yaml.MappingNode):
-        return _Override(loader.construct_mapping(node, deep=True))
-    if isinstance(node, yaml.SequenceNode):
-        return _Override(loader.construct_sequence(node, deep=True))
-    return _Override(loader.construct_scalar(node))
-
-
-def _construct_unique_mapping(loader, node):
-    """A mapping, refusing duplicate keys (PyYAML would silently keep the last one)."""
-    keys = [loader.construct_object(key, deep=True) for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge"]
-    duplicates = sorted({str(key) for key in keys if keys.count(key) > 1})
-    if duplicates:
-        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {duplicates}", node.start_mark)
-    return loader.construct_mapping(node, deep=True)
-
-
-_ComposeLoader.add_constructor("!reset", _construct_reset)
-_ComposeLoader.add_constructor("!override", _construct_override)
-_ComposeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-def load_yaml(path: Path):
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_ComposeLoader)
-
-
-def _plain(value):
-    if isinstance(value, _Override):
-        return _plain(value.value)
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items() if item is not RESET}
-    if isinstance(value, list):
-        return [_plain(item) for item in value]
-    return value
-
-
-def merge(base, override, path: tuple = ()):
-    """Compose's merge rules: mappings merge by key, sequences append (without duplicates), except the
-    shell-command attributes (command, entrypoint, healthcheck.test), which replace; `!override` replaces,
-    `!reset` removes."""
-    if isinstance(override, _Override):
-        return _plain(override.value)
-    if isinstance(base, dict) and isinstance(override, dict):
-        merged = dict(base)
-        for key, value in override.items():
-            if value is RESET:
-                merged.pop(key, None)
-            elif key in merged:
-                merged[key] = merge(merged[key], value, (*path, key))
-            else:
-                merged[key] = _plain(value)
-        return merged
-    replaced = path[-1:] in (("command",), ("entrypoint",)) or path[-2:] == ("healthcheck", "test")
-    if isinstance(base, list) and isinstance(override, list) and not replaced:
-        return base + [item for item in _plain(override) if item not in base]
-    return _plain(override)
-
-
-def load_variant(name: str) -> dict:
-    merged = _plain(load_yaml(COMPOSE))
-    if name != "base":
-        merged = merge(merged, load_yaml(OVERRIDES[name]))
-    return merged
-
-
-VARIANTS = ["base", *OVERRIDES]
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
@@ -141,28 +43,6 @@ def compose_schema() -> dict:
     if not SCHEMA.is_file():
         pytest.fail(f"the Compose Specification schema is missing: expected {SCHEMA} (see deploy/schemas/SOURCE.md)", pytrace=False)
     return json.loads(SCHEMA.read_text(encoding="utf-8"))
-
-
-def duration_s(text: str) -> float:
-    """A Compose duration ('1m30s', '10s', '1h') in seconds."""
-    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
-    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|m|s)", str(text))
-    assert parts and "".join(n + u for n, u in parts) == str(text), f"not a duration: {text!r}"
-    return sum(float(number) * units[unit] for number, unit in parts)
-
-
-def parse_cli(argv: list[str]):
-    try:
-        return build_parser().parse_args([str(arg) for arg in argv])
-    except SystemExit as exit_:  # argparse prints the reason on stderr
-        raise AssertionError(f"`specdec {' '.join(map(str, argv))}` is refused by specdec's CLI (exit {exit_.code})") from None
-
-
-def environment(service: dict) -> dict[str, str]:
-    env = service.get("environment") or {}
-    if isinstance(env, list):
-        env = dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
-    return env
 
 
 # --- schema -----------------------------------------------------------------------------------------
@@ -317,7 +197,7 @@ def test_image_tag_comes_from_one_variable(base):
     header = text.split("\nservices:", 1)[0]
     assert "SPECDEC_TAG" in header and "roll back" in header.lower(), "compose.yaml's header explains rollback by SPECDEC_TAG"
     for path in OVERRIDES.values():
-        assert "image" not in json.dumps(_plain(load_yaml(path))), f"{path.name} must not pin another image"
+        assert "image" not in json.dumps(plain(load_yaml(path))), f"{path.name} must not pin another image"
 
 
 def test_third_party_images_are_pinned(base):

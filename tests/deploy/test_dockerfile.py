@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from deploy_support import ROOT
+
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
-PORTS = {"draft": 50051, "verify": 50052, "gateway": 8000}
-METRICS_PORTS = {"draft": 9101, "verify": 9102, "gateway": 8000}
 SECRET_NAME_RE = re.compile(r"(API_KEYS?|SECRET|PASSWORD|PASSWD|TOKEN|PRIVATE_KEY)", re.IGNORECASE)
 
 

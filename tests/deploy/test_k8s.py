@@ -9,118 +9,17 @@ from __future__ import annotations
 import base64
 import os
 import re
-from pathlib import Path
 
 import pytest
-import yaml
 
-from specdec.cli import build_parser
+from deploy_support import DRAIN_S, METRICS_PORTS, PORTS, ROLES, ROOT, parse_cli
+from k8s_support import (DEPLOYMENTS, DRAFT_DNS, K8S, KUBERNETES_VERSION, NAMESPACE, OBJECTS, README, README_OBJECTS, by_kind,
+                         container, manifest_files, object_id, pod_spec, quantity, role_of, selects)
 
 try:
     import kubernetes_validate
 except ImportError:  # pragma: no cover - a missing dev dependency
     pytest.fail("kubernetes-validate is not installed: pip install 'kubernetes-validate>=1.30' (a dev dependency)", pytrace=False)
-
-ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "deploy" / "k8s"
-README = K8S / "README.md"
-NAMESPACE = "specdec"
-KUBERNETES_VERSION = "1.30"  # schemas bundled with kubernetes-validate: validated offline
-
-ROLES = ("draft", "verify", "gateway")
-DRAIN_S = {"draft": 5, "verify": 10, "gateway": 10}
-PORTS = {"draft": 50051, "verify": 50052, "gateway": 8000}
-METRICS_PORTS = {"draft": 9101, "verify": 9102, "gateway": 8000}
-DRAFT_DNS = "draft.specdec.svc.cluster.local"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """Refuses duplicate keys, which PyYAML would silently resolve to the last one (kubectl refuses them)."""
-
-
-def _construct_unique_mapping(loader, node):
-    keys = [loader.construct_object(key, deep=True) for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge"]
-    duplicates = sorted({str(key) for key in keys if keys.count(key) > 1})
-    if duplicates:
-        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {duplicates}", node.start_mark)
-    return loader.construct_mapping(node, deep=True)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-def manifest_files() -> list[Path]:
-    return sorted(K8S.glob("*.yaml"))
-
-
-def load_objects(path: Path) -> list[dict]:
-    return [document for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) if document]
-
-
-def readme_objects() -> list[dict]:
-    """The Kubernetes objects in the README's ```yaml blocks (other YAML there, e.g. adapter rules, is skipped)."""
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    objects = []
-    for block in blocks:
-        for document in yaml.load_all(block, Loader=_UniqueKeyLoader):
-            if isinstance(document, dict) and "apiVersion" in document and "kind" in document:
-                objects.append(document)
-    return objects
-
-
-OBJECTS = [(path.name, obj) for path in manifest_files() for obj in load_objects(path)]
-README_OBJECTS = readme_objects()
-
-
-def by_kind(kind: str) -> dict[str, dict]:
-    return {obj["metadata"]["name"]: obj for _, obj in OBJECTS if obj["kind"] == kind}
-
-
-DEPLOYMENTS = by_kind("Deployment")
-
-
-def object_id(item) -> str:
-    name, obj = item
-    return f"{name}:{obj['kind']}/{obj['metadata']['name']}"
-
-
-def pod_spec(deployment: dict) -> dict:
-    return deployment["spec"]["template"]["spec"]
-
-
-def container(deployment: dict) -> dict:
-    containers = pod_spec(deployment)["containers"]
-    assert len(containers) == 1, f"{deployment['metadata']['name']}: one container"
-    return containers[0]
-
-
-def role_of(deployment: dict) -> str:
-    return deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
-
-
-def parse_cli(argv: list[str]):
-    try:
-        return build_parser().parse_args([str(arg) for arg in argv])
-    except SystemExit as exit_:
-        raise AssertionError(f"`specdec {' '.join(map(str, argv))}` is refused by specdec's CLI (exit {exit_.code})") from None
-
-
-def selects(selector: dict, labels: dict) -> bool:
-    """Whether a Service selector (a plain map) or a label selector (matchLabels) selects these labels."""
-    assert not selector.get("matchExpressions"), "only matchLabels selectors are used here"
-    match = selector.get("matchLabels", selector)
-    return bool(match) and all(labels.get(key) == value for key, value in match.items())
-
-
-def quantity(value) -> float:
-    """A Kubernetes quantity ('500m', '2', '16Gi') as a number."""
-    text = str(value)
-    suffixes = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * suffixes[suffix]
-    return float(text)
-
 
 # --- schema -----------------------------------------------------------------------------------------
 
