@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -167,11 +168,18 @@ def _serve_gateway(config: SpecdecConfig) -> int:
     from gateway.app import create_app
 
     settings = config.serving
+    # uvicorn re-raises a captured SIGTERM once it has drained; exit 0 then, as the gRPC services do
+    # (otherwise a clean drain reads as "killed by SIGTERM" to supervisors).
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     # SIGINT/SIGTERM: uvicorn stops accepting, lets open responses finish, then exits.
     # log_config=None: uvicorn keeps our JSON logging instead of installing its own text format.
     uvicorn.run(create_app(config), host=settings.host, port=settings.port, log_level=config.observability.log_level, log_config=None,
                 timeout_graceful_shutdown=10)
     return 0
+
+
+def _exit_cleanly(signum, frame) -> None:
+    raise SystemExit(0)
 
 
 def up(args: argparse.Namespace) -> int:

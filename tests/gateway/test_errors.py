@@ -3,45 +3,21 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import httpx
 import openai
 import pytest
 from openai import OpenAI
+from service_support import CHAT, assert_openai_error, free_port
 
-CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello there"}]
-
-
-def assert_openai_error(response: httpx.Response, status: int, param: str | None = None, code: str | None = None) -> dict:
-    """`response` has `status` and the body {"error": {"message", "type", "param", "code"}}."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"error"}
-    error = body["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert isinstance(error["message"], str) and error["message"]
-    assert isinstance(error["type"], str) and error["type"]
-    if param is not None:
-        assert error["param"] == param, error
-    if code is not None:
-        assert error["code"] == code, error
-    return error
 
 
 @pytest.fixture
 def client(gateway_url):
     with httpx.Client(base_url=gateway_url, timeout=30) as http:
         yield http
-
-
-def closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- malformed and mistyped requests ---------------------------------------------------------
@@ -165,7 +141,7 @@ def test_unknown_route_is_404_in_openai_shape(client):
 
 @pytest.fixture
 def orphan_gateway(make_gateway):
-    return make_gateway(verify_endpoint=f"127.0.0.1:{closed_port()}", upstream_connect_timeout_s=1, served_model_name="target")
+    return make_gateway(verify_endpoint=f"127.0.0.1:{free_port()}", upstream_connect_timeout_s=1, served_model_name="target")
 
 
 def test_unreachable_verify_is_503_without_hanging(orphan_gateway):

@@ -3,14 +3,12 @@ incompatible never fails a request; verify decodes with the target alone and say
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 
 import pytest
+from service_support import free_port, spawn_service
 
 from specdec.client import VerifyClient
 from specdec.drafters import ModelDrafter
@@ -22,16 +20,8 @@ from specdec.sampling import SamplingParams
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _spawn(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1", "--metrics-port", "0"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return spawn_service(*args, "--metrics-port", "0")
 
 
 def _wait_serving(client: VerifyClient, process: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -46,7 +36,7 @@ def _wait_serving(client: VerifyClient, process: subprocess.Popen, timeout: floa
 
 @pytest.fixture(scope="module")
 def processes(tiny_pair_paths):
-    draft_port, verify_port = _free_port(), _free_port()
+    draft_port, verify_port = free_port(), free_port()
     draft = _spawn("draft", "--draft", str(tiny_pair_paths.draft), "--port", str(draft_port))
     verify = _spawn("verify", "--target", str(tiny_pair_paths.target), "--port", str(verify_port),
                     "--draft-endpoint", f"127.0.0.1:{draft_port}")
@@ -103,7 +93,7 @@ def test_a_draft_slower_than_its_deadline_falls_back(make_verify_server, tiny_ta
 
 
 def test_an_unreachable_draft_falls_back_quickly(make_verify_server, tiny_target, greedy_reference):
-    server = make_verify_server(tiny_target, f"127.0.0.1:{_free_port()}")
+    server = make_verify_server(tiny_target, f"127.0.0.1:{free_port()}")
     with VerifyClient(f"127.0.0.1:{server.port}") as client:
         started = time.monotonic()
         completion = client.generate(PROMPT, max_tokens=40, temperature=0, ignore_eos=True)
@@ -135,7 +125,7 @@ def test_propose_streams_round_robin_over_draft_replicas(make_draft_server, make
 
 
 def test_sigterm_with_a_stream_in_flight_flips_health_first_and_finishes_the_stream(tiny_pair_paths, greedy_reference):
-    port = _free_port()
+    port = free_port()
     verify = _spawn("verify", "--target", str(tiny_pair_paths.target), "--port", str(port), "--no-draft")
     client = VerifyClient(f"127.0.0.1:{port}")
     try:

@@ -1,0 +1,147 @@
+"""Helpers for tests that run real service processes on loopback (`specdec serve ...`) and check
+what clients see: free ports, process handles that can be killed and restarted on the same port,
+Prometheus scraping, and the OpenAI error-body assertion."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from specdec.client import VerifyClient
+
+# One core per service: on a 2-core host they stand in for separate hosts, and idle OpenMP
+# workers spinning after a forward pass would otherwise steal the other services' core.
+SERVICE_ENV = {"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+CHAT = "/v1/chat/completions"
+# Greedy and long enough that a fault can land mid-stream (the tiny model's context is 512 tokens).
+LONG_GREEDY = {"model": "target", "messages": [{"role": "user", "content": "Tell me a long story about the sea."}],
+               "max_tokens": 400, "temperature": 0}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def spawn_service(service: str, *args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """`specdec serve SERVICE ARGS --host 127.0.0.1`; output to `log`, or a pipe when none."""
+    output = log.open("ab") if log is not None else subprocess.PIPE
+    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", service, *args, "--host", "127.0.0.1"],
+                            env={**os.environ, **SERVICE_ENV, **(env or {})}, stdout=output, stderr=subprocess.STDOUT)
+
+
+def wait_until(probe, timeout: float, what: str, interval: float = 0.05):
+    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = probe()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"{what} within {timeout:g}s")
+
+
+class ServiceProcess:
+    """One `specdec serve` process with a fixed port, so it can be killed and started again there."""
+
+    def __init__(self, service: str, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.service, self.args, self.log, self.env = service, args, log, env
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> ServiceProcess:
+        self.process = spawn_service(self.service, *self.args, env=self.env, log=self.log)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it lingers: the fixture's cleanup, never part of a check."""
+        if self.alive():
+            self.signal(signal.SIGTERM)
+            try:
+                self.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.wait(timeout=10)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def grpc_serving(port: int) -> bool:
+    with VerifyClient(f"127.0.0.1:{port}") as client:  # its health stub speaks to any of our services
+        return client.is_serving(timeout=1.0)
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def metric(text: str, name: str, labels: str = "") -> float | None:
+    """The value of one sample in a Prometheus exposition, e.g. metric(text, "specdec_requests_running")."""
+    pattern = rf"^{re.escape(name)}{re.escape('{' + labels + '}') if labels else ''} (\S+)$"
+    match = re.search(pattern, text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+def scrape(url: str, name: str, labels: str = "") -> float | None:
+    return metric(httpx.get(url, timeout=5).text, name, labels)
+
+
+def assert_openai_error(response: httpx.Response, status: int, param: str | None = None, code: str | None = None) -> dict:
+    """`response` has `status` and the body {"error": {"message", "type", "param", "code"}}."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    assert isinstance(error["type"], str) and error["type"]
+    if param is not None:
+        assert error["param"] == param, error
+    if code is not None:
+        assert error["code"] == code, error
+    return error
+
+
+def sse_events(lines):
+    """The JSON payloads of an SSE stream's `data:` lines, up to and without the final [DONE];
+    fails if the stream ends without [DONE] (a request lost silently)."""
+    count = 0
+    for line in lines:
+        if not line.startswith("data: "):
+            continue
+        if line == "data: [DONE]":
+            return
+        count += 1
+        yield json.loads(line[len("data: "):])
+    raise AssertionError(f"the stream ended without [DONE] after {count} events")
+
+
+def streamed_text(payloads: list) -> str:
+    return "".join(choice.get("delta", {}).get("content") or choice.get("text") or "" for p in payloads for choice in p["choices"])
