@@ -76,7 +76,7 @@ class RemoteDraftSession:
             raise DraftUnavailableError(f"draft service: {error.code().name}: {error.details()}") from error
         except Exception as error:  # noqa: BLE001 -- any failure of a remote draft means: go on without it
             raise DraftUnavailableError(f"draft service: {type(error).__name__}: {error}") from error
-        block = self._checked_block(response)
+        block = self._checked_block(response, num_tokens)
         self.committed.record_block(block)
         return block
 
@@ -101,12 +101,14 @@ class RemoteDraftSession:
             raise DraftUnavailableError("the draft service ended the stream")
         return response
 
-    def _checked_block(self, response: draft_pb2.ProposeResponse) -> DraftBlock:
+    def _checked_block(self, response: draft_pb2.ProposeResponse, num_tokens: int) -> DraftBlock:
         needs_q = self.request.acceptance is AcceptanceMode.REJECTION
         try:
             block = block_from_proto(response.block, self.request.vocab_size, needs_q, field="draft.block")
+            if len(block) > num_tokens:  # past the budget: beyond max_tokens or the context, and a costlier pass
+                raise InvalidRequestError("draft.block.token_ids", f"{len(block)} candidates, but {num_tokens} were asked for")
         except InvalidRequestError as error:
-            # A drafter that sends an invalid q is treated like one that failed: never trusted.
+            # A drafter that sends an invalid block is treated like one that failed: never trusted.
             raise DraftUnavailableError(f"the draft service sent an invalid block: {error}") from error
         return DraftBlock(block.candidate_ids, block.draft_probs, compute_ms=response.draft_ms)
 
