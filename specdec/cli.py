@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     lossless.add_argument("--samples", type=int, default=300, help="seeded samples per side for the rejection check")
     lossless.add_argument("--config", help="accepted for uniformity; unused")
     _add_bench(commands)
+    _add_distill(commands)
     check = commands.add_parser("healthcheck", help="exit 0 when a service is healthy (for container probes)")
     check.add_argument("service", choices=["draft", "verify", "gateway"])
     check.add_argument("--address", help="HOST:PORT (default: localhost and the service's port from the config)")
@@ -130,6 +131,23 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--config", help="accepted for uniformity; unused")
 
 
+def _add_distill(commands: argparse._SubParsersAction) -> None:
+    distill = commands.add_parser("distill", help="train a small draft model for a target by logit distillation (resumable)")
+    distill.add_argument("--target", required=True, help="target model: HF directory, .gguf file, bundled name or hub id")
+    distill.add_argument("--out", required=True, help="output directory: data, checkpoints, then the draft model itself")
+    distill.add_argument("--layers", type=int, default=2, help="decoder layers of the draft")
+    distill.add_argument("--draft-vocab", type=int, default=6144, help="tokens the draft scores (the target's most probable ones)")
+    distill.add_argument("--prompts", type=int, default=480, help="distillation prompts the target answers (never Spec-Bench's)")
+    distill.add_argument("--max-new-tokens", type=int, default=160, help="longest teacher answer")
+    distill.add_argument("--data-batch-size", type=int, default=24, help="prompts the teacher answers at once")
+    distill.add_argument("--epochs", type=float, default=3.0)
+    distill.add_argument("--batch-size", type=int, default=8, help="training sequences per step")
+    distill.add_argument("--learning-rate", type=float, default=1e-3)
+    distill.add_argument("--device", default="auto", help="auto, cpu, cuda:N")
+    distill.add_argument("--seed", type=int, default=0)
+    distill.add_argument("--config", help="accepted for uniformity; unused")
+
+
 def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="run one service").add_subparsers(dest="service", required=True, metavar="SERVICE")
     draft = serve.add_parser("draft", help="the draft service (gRPC, default port 50051)")
@@ -190,7 +208,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
                 "up": commands.up, "healthcheck": commands.healthcheck,
                 "plan": commands.memory_plan, "check-lossless": commands.check_lossless,
-                "bench": commands.bench}
+                "bench": commands.bench, "distill": commands.distill}
     return handlers[args.command](args)
 
 

@@ -276,3 +276,27 @@ def _effective_flags(args: argparse.Namespace, hidden: tuple[str, ...]) -> list[
     """The command line with every default spelled out, rebuilt from args rather than sys.argv so a key never lands in a file."""
     return [f"--{key.replace('_', '-')}" + ("" if value is True else f"={value}")
             for key, value in vars(args).items() if key not in hidden and value is not None and value is not False]
+
+
+def distill(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specdec.distill.data import TeacherDataOptions
+    from specdec.distill.run import DistillOptions, run_distill
+    from specdec.distill.train import TrainOptions
+
+    configure_logging("info")
+    _quiet_transformers("info")
+    for flag, value in {"--layers": args.layers, "--draft-vocab": args.draft_vocab, "--prompts": args.prompts, "--max-new-tokens": args.max_new_tokens,
+                        "--data-batch-size": args.data_batch_size, "--batch-size": args.batch_size}.items():
+        if value < 1:
+            print(f"specdec: error: {flag} must be at least 1, got {value}", file=sys.stderr)
+            return 1
+    options = DistillOptions(
+        target=args.target, out=Path(args.out), num_layers=args.layers, draft_vocab_size=args.draft_vocab, device=args.device,
+        data=TeacherDataOptions(num_prompts=args.prompts, batch_size=args.data_batch_size, max_new_tokens=args.max_new_tokens, seed=args.seed),
+        train=TrainOptions(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed),
+    )
+    summary = run_distill(options)
+    print(json.dumps({k: v for k, v in summary.items() if not k.endswith("_options")}, indent=2))
+    return 0

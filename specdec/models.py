@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
+from specdec.drafters import reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
 from specdec.quantization import quantize_int8_weight_only
 
@@ -37,8 +38,11 @@ class LoadedModel:
 
     @property
     def vocab_size(self) -> int:
-        """Width of the logits, which may exceed len(tokenizer) when embeddings are padded."""
-        return self.model.get_output_embeddings().out_features
+        """Width of the logits, which may exceed len(tokenizer) when embeddings are padded.
+
+        A reduced-vocabulary draft scores fewer rows but returns logits over the target's width.
+        """
+        return getattr(self.model.config, "target_vocab_size", None) or self.model.get_output_embeddings().out_features
 
     @property
     def max_context(self) -> int:
@@ -83,7 +87,7 @@ def load_model(source: str | Path, device: str = "auto", dtype: str = "auto", qu
     try:
         tokenizer = AutoTokenizer.from_pretrained(location, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(location, dtype=torch_dtype, **kwargs)
-    except (OSError, ValueError, EnvironmentError) as error:
+    except (OSError, ValueError) as error:
         raise ModelLoadError(f"could not load model {str(source)!r}: {_summary(error)}") from error
     if quantize == "int8":
         quantize_int8_weight_only(model)

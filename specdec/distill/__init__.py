@@ -1,0 +1,1 @@
+"""`specdec distill`: train a small draft model for any target, by logit distillation."""
