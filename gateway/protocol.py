@@ -9,6 +9,21 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
+def _encodable(value):
+    """`value` (a string, a list of strings or of text parts, or None), refused if it holds a lone
+    surrogate: JSON can carry "\\ud800", no UTF-8 encoder accepts it, and failing later while
+    encoding the gRPC request or the response would be a 500 instead of a 400 naming the field."""
+    texts = value if isinstance(value, list) else [value]
+    for text in texts:
+        text = text.text if isinstance(text, TextPart) else text
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("must be valid Unicode text (it holds a lone surrogate)") from None
+    return value
+
+
 class _Request(BaseModel):
     # Unknown fields are ignored, as OpenAI-compatible servers do; unsupported known ones are refused.
     model_config = ConfigDict(extra="ignore")
@@ -36,6 +51,8 @@ class ChatMessage(BaseModel):
     content: str | list[TextPart] | None = None
     name: str | None = None
 
+    _valid_text = field_validator("content", "name")(_encodable)
+
     def text(self) -> str:
         if self.content is None:
             return ""
@@ -58,6 +75,8 @@ class _SamplingRequest(_Request):
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+
+    _valid_text = field_validator("model", "user", "stop")(_encodable)
 
     @field_validator("stop")
     @classmethod
@@ -92,6 +111,8 @@ class CompletionRequest(_SamplingRequest):
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
+
+    _valid_prompt = field_validator("prompt")(_encodable)
 
     @field_validator("prompt")
     @classmethod

@@ -1,0 +1,96 @@
+"""Hostile bodies: huge numbers, deep nesting, invalid UTF-8, NUL bytes, lone surrogates. Each is
+a 4xx in the OpenAI error shape naming the field where there is one; none is a 5xx or a hang."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from service_support import CHAT, assert_openai_error
+
+HELLO = [{"role": "user", "content": "hello there"}]
+BASE = {"model": "target", "messages": HELLO, "max_tokens": 4}
+COMPLETIONS = "/v1/completions"
+
+
+@pytest.fixture
+def client(gateway_url):
+    with httpx.Client(base_url=gateway_url, timeout=30) as http:
+        yield http
+
+
+@pytest.mark.parametrize(("route", "fields", "param"), [
+    (CHAT, {"n": 10**6}, "n"),
+    (CHAT, {"n": 10**40}, "n"),
+    (CHAT, {"n": 0}, "n"),
+    (CHAT, {"max_tokens": 10**40}, "max_tokens"),
+    (CHAT, {"max_completion_tokens": 2**63}, "max_tokens"),
+    (CHAT, {"logprobs": True, "top_logprobs": 10**9}, "top_logprobs"),
+    (COMPLETIONS, {"logprobs": 10**9}, "logprobs"),
+    (CHAT, {"seed": 2**64}, "seed"),
+    (CHAT, {"seed": -1}, "seed"),
+    (CHAT, {"stop": ["x"] * 1000}, "stop"),
+    (CHAT, {"speculative": {"num_draft_tokens": 10**9}}, "speculative.num_draft_tokens"),
+    (CHAT, {"messages": [{"role": "user", "content": [[[[["deep"]]]]]}]}, "messages.0.content.str"),
+])
+def test_huge_and_out_of_range_numbers_are_400_naming_the_field(client, route, fields, param):
+    body = {**BASE, **fields} if route == CHAT else {"model": "target", "prompt": "hi", "max_tokens": 4, **fields}
+    assert_openai_error(client.post(route, json=body), 400, param=param)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_floats_are_400_naming_the_field(client, literal):
+    raw = json.dumps(BASE)[:-1] + f', "temperature": {literal}}}'
+    assert_openai_error(client.post(CHAT, content=raw, headers={"content-type": "application/json"}), 400, param="temperature")
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"model": "target", "messages": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_json_is_400(client, depth):
+    assert_openai_error(client.post(CHAT, content=_nested(depth), headers={"content-type": "application/json"}), 400)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model": "target", "messages": [{"role": "user", "content": "\xff\xfe\xfd"}]}',  # not UTF-8
+    b'{"model": "target", "messages": [{"role": "user", "content": "a\x00b"}]}',        # raw NUL in a string
+    b"\x00" * 64,
+    b"",
+    b"[]",
+    b'"just a string"',
+    b"null",
+])
+def test_undecodable_or_non_object_bodies_are_400(client, body):
+    assert_openai_error(client.post(CHAT, content=body, headers={"content-type": "application/json"}), 400)
+
+
+def test_escaped_nul_in_content_is_just_a_character(client):
+    reply = client.post(CHAT, json={**BASE, "messages": [{"role": "user", "content": "a\u0000b\u0000"}]})
+    assert reply.status_code == 200, reply.text
+
+
+def test_nul_in_the_model_name_is_404_model_not_found(client):
+    assert_openai_error(client.post(CHAT, json={**BASE, "model": "target\u0000"}), 404, param="model", code="model_not_found")
+
+
+@pytest.mark.parametrize(("route", "fields", "param"), [
+    (CHAT, {"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages"),
+    (CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]}, "messages"),
+    (CHAT, {"stop": ["\ud800"]}, "stop"),
+    (COMPLETIONS, {"prompt": "x\udc00"}, "prompt"),
+    (CHAT, {"model": "\ud800"}, "model"),
+    (CHAT, {"user": "\ud800"}, "user"),
+])
+def test_lone_surrogates_are_400_naming_the_field(client, route, fields, param):
+    body = {**BASE, **fields} if route == CHAT else {"model": "target", "max_tokens": 4, **fields}
+    # json.dumps escapes the surrogate as \\ud800: valid JSON text that decodes to a string no UTF-8 can hold
+    raw = json.dumps(body)
+    error = assert_openai_error(client.post(route, content=raw, headers={"content-type": "application/json"}), 400)
+    assert error["param"].startswith(param), error  # e.g. messages.0.content.str: the union member it failed as
+
+
+def test_the_gateway_still_serves_after_hostile_input(client):
+    assert client.post(CHAT, json=BASE).status_code == 200
