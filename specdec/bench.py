@@ -45,6 +45,9 @@ class BenchOptions:
     out: Path | None = None
     plot: bool = True
     command: str = ""
+    baseline: str | None = None  # "hf": also Hugging Face generate(), target alone and assisted, in-process
+    target: str | None = None  # the pair the baseline loads (default: the default pair)
+    draft: str | None = None
 
 
 @dataclass
@@ -295,7 +298,8 @@ def run_bench(options: BenchOptions) -> dict:
         raise SpecdecError(f"--prompts: no prompts selected from {options.prompts}")
     gateway, levels, refused = Gateway(options.url, options.api_key, max(options.concurrency)), [], {}
     # disable=None: a bar on a terminal only, whatever TQDM_DISABLE the CLI set for the model loaders.
-    with gateway.http, tqdm(total=2 * len(prompts) * len(options.concurrency), desc="bench", unit="req", disable=None) as bar:
+    total = 2 * len(prompts) * (len(options.concurrency) + (options.baseline == "hf"))
+    with gateway.http, tqdm(total=total, desc="bench", unit="req", disable=None) as bar:
         model = options.model or gateway.first_model()
         body = functools.partial(request_body, options, model)
         warm_up(gateway, body, prompts)
@@ -303,6 +307,7 @@ def run_bench(options: BenchOptions) -> dict:
             records, wall = run_level(gateway, body, prompts, concurrency, refused, bar)
             levels.append({"concurrency": concurrency, **compare(records, wall), "categories": by_category(records),
                            "requests": [{k: v for k, v in asdict(r).items() if k != "itl_s"} for r in records]})
+        baselines = {"hf": _hf_baseline(options, [p for i, p in enumerate(prompts) if i not in refused], bar)} if options.baseline == "hf" else {}
     if len(refused) == len(prompts):
         raise SpecdecError(f"the gateway refused every prompt: {next(iter(refused.values()))}")
     hidden = ("api_key", "command", "out", "plot")  # never write the key
@@ -310,9 +315,20 @@ def run_bench(options: BenchOptions) -> dict:
     results = {"command": options.command, "timestamp": started.isoformat(timespec="seconds"), "url": options.url,
                "model": model, "settings": settings, "prompts": len(prompts) - len(refused),
                "skipped": [{"id": prompts[i].id, "category": prompts[i].category, "reason": why} for i, why in sorted(refused.items())],
-               "levels": levels}
+               "levels": levels, "baselines": baselines}
     write_outputs(results, Path(options.out or f"bench-results/{started:%Y%m%d-%H%M%S}"), options.plot)
     return results
+
+
+def _hf_baseline(options: BenchOptions, prompts: list[Prompt], bar) -> dict:
+    from specdec.bench_hf import run_hf_baseline
+
+    target, draft = options.target, options.draft
+    if not target or not draft:
+        from specdec.default_models import default_pair
+
+        target, draft = (str(path) for path in default_pair())
+    return {"target": target, "draft": draft, **run_hf_baseline(prompts, target, draft, options.max_tokens, options.temperature, bar)}
 
 
 def write_outputs(results: dict, out: Path, plot: bool) -> None:
@@ -351,8 +367,24 @@ def render_markdown(results: dict) -> str:
              *_table(["concurrency", "mode", "TTFT p50/p90/p99 ms", "ITL p50/p90/p99 ms", "e2e p50/p90/p99 s"], latency),
              # Per category there is no wall time of its own (blocks mix categories): tokens over summed latency.
              *_table(["concurrency", "category", "prompts", "acceptance", "mean accepted length", "tok/s per request on",
-                      "tok/s per request off", "speedup"], categories)]
+                      "tok/s per request off", "speedup"], categories),
+             *_render_hf(results)]
     return "\n".join(lines) + "\n"
+
+
+def _render_hf(results: dict) -> list[str]:
+    """specdec through the whole stack at concurrency 1 beside HF generate() in-process, per category."""
+    hf = (results.get("baselines") or {}).get("hf")
+    single = next((level for level in results["levels"] if level["concurrency"] == 1), None)
+    if not hf or single is None:
+        return []
+    groups = [("overall", single, hf), *((name, entry, hf["categories"].get(name, {})) for name, entry in single["categories"].items())]
+    rows = [[name, _fmt(ours["modes"]["on"]["tokens_per_s"], 1), _fmt(ours["modes"]["off"]["tokens_per_s"], 1), _fmt(ours["speedup"]),
+             _fmt(theirs.get("tokens_per_s", {}).get("assisted"), 1), _fmt(theirs.get("tokens_per_s", {}).get("target_only"), 1),
+             _fmt(theirs.get("speedup"))] for name, ours, theirs in groups]
+    return ["", "## Hugging Face generate() baseline (in-process, batch 1, same pair and prompts)",
+            *_table(["category", "specdec tok/s on", "specdec tok/s off", "specdec speedup", "HF assisted tok/s", "HF target-only tok/s",
+                     "HF assisted speedup"], rows)]
 
 
 def plot_speedup(results: dict, path: Path) -> None:

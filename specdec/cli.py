@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     up = commands.add_parser("up", help="run draft, verify and gateway on this host (default: the embedded pair)")
     up.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
-    up.add_argument("--target", help="target model (default: the embedded default pair)")
+    up.add_argument("--target", help="target model (default: SmolLM2-135M-Instruct, fetched on first use, with the bundled distilled draft)")
+    up.add_argument("--tiny", action="store_true", help="the tiny random pair instead of the default: starts in seconds, for trying the plumbing")
     up.add_argument("--draft", help="draft model")
     up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
     up.add_argument("--gateway-port", type=int, default=8000)
@@ -128,6 +129,9 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--num-draft-tokens", type=int, help="K for the speculative requests (default: the server's)")
     bench.add_argument("--out", help="output directory (default: bench-results/<timestamp>)")
     bench.add_argument("--no-plot", action="store_true", help="do not write speedup.png")
+    bench.add_argument("--baseline", choices=["hf"], help="hf: also time Hugging Face generate(), target alone and assisted, in-process (greedy)")
+    bench.add_argument("--target", help="the baseline's target model (default: the default pair's)")
+    bench.add_argument("--draft", help="the baseline's draft model (default: the default pair's)")
     bench.add_argument("--config", help="accepted for uniformity; unused")
 
 

@@ -190,7 +190,7 @@ def up(args: argparse.Namespace) -> int:
         load_config(config_file)  # fail fast, in one line, on a bad file
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
                          gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
-                         draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port))
+                         draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny))
 
 
 def healthcheck(args: argparse.Namespace) -> int:
@@ -264,6 +264,7 @@ def bench(args: argparse.Namespace) -> int:
         categories=[c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None,
         concurrency=parse_int_list(args.concurrency, "--concurrency"), max_tokens=args.max_tokens, temperature=args.temperature,
         seed=args.seed, num_draft_tokens=args.num_draft_tokens, out=args.out, plot=not args.no_plot,
+        baseline=args.baseline, target=args.target, draft=args.draft,
         command=shlex.join(["specdec", "bench", *_effective_flags(args, hidden=("command", "api_key", "config"))]),
     )
     results = run_bench(options)

@@ -32,10 +32,19 @@ class UpPlan:
     verify_port: int
     draft_metrics_port: int = 9101
     verify_metrics_port: int = 9102
+    tiny: bool = False
 
 
-def default_pair_paths() -> tuple[str, str]:
-    """The embedded default pair: the tiny random pair, built once into the user's cache."""
+def default_pair_paths(tiny: bool = False) -> tuple[str, str]:
+    """The embedded default pair: SmolLM2-135M-Instruct and its distilled draft (fetched on first use).
+
+    `tiny`: the tiny random pair instead (seconds to start; for trying the plumbing), built once
+    into the user's cache.
+    """
+    if not tiny:
+        from specdec.default_models import default_pair
+
+        return tuple(str(path) for path in default_pair())
     from specdec.tiny_pair import make_tiny_pair
 
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
@@ -94,7 +103,7 @@ def _start_all(stack: Stack, plan: UpPlan) -> None:
     config = ["--config", plan.config_file] if plan.config_file else []
     target, draft = plan.target, plan.draft
     if target is None and plan.config_file is None:
-        target, draft = default_pair_paths()
+        target, draft = default_pair_paths(plan.tiny)
     draft_args = ["--draft-method", plan.draft_method] if plan.draft_method else []
     draft_args += [f"--draft={draft}"] if draft else []
     draft_args += [f"--target={target}"] if target and plan.draft_method == "layer_skip" else []

@@ -42,7 +42,9 @@ class LoadedModel:
 
         A reduced-vocabulary draft scores fewer rows but returns logits over the target's width.
         """
-        return getattr(self.model.config, "target_vocab_size", None) or self.model.get_output_embeddings().out_features
+        if hasattr(self.model.config, "draft_vocab_size"):
+            return self.model.config.vocab_size
+        return self.model.get_output_embeddings().out_features
 
     @property
     def max_context(self) -> int:

@@ -40,7 +40,10 @@ def processed_probs(
     if params.is_greedy:
         one_hot = torch.zeros_like(logits)
         return one_hot.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
-    logits = logits / params.temperature
+    # Shifted so the largest logit is 0, and the temperature kept representable in the logits' dtype:
+    # a tiny temperature (say 1e-300) then sends the others to -inf, instead of inf - inf or 0 / 0 = NaN.
+    temperature = max(params.temperature, torch.finfo(logits.dtype).tiny)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if params.top_k > 0:
         logits = _mask_outside_top_k(logits, params.top_k)
     if params.top_p < 1.0:

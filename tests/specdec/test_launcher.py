@@ -18,18 +18,18 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_up_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
+def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
     ports = {"--gateway-port": _free_port(), "--draft-port": _free_port(), "--verify-port": _free_port(),
              "--draft-metrics-port": _free_port(), "--verify-metrics-port": _free_port()}
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
     log = (tmp_path / "up.log").open("w")  # the children's logs: a file, so no pipe can fill up
-    up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", *arguments], env=env,
+    up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", "--tiny", *arguments], env=env,
                           stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     try:
         banner = _read_until(up, "specdec is up", timeout=120, log=tmp_path / "up.log")
         assert f"http://localhost:{ports['--gateway-port']}/v1" in banner
-        assert (tmp_path / "specdec" / "tiny-pair" / "target" / "config.json").is_file()  # the embedded default pair
+        assert (tmp_path / "specdec" / "tiny-pair" / "target" / "config.json").is_file()  # the tiny pair, built into the cache
         url = f"http://127.0.0.1:{ports['--gateway-port']}/v1/chat/completions"
         body = {"model": "target", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8}
         reply = httpx.post(url, json=body, timeout=30)

@@ -84,3 +84,13 @@ def test_resume_refuses_a_checkpoint_from_other_options(distilled, tiny_pair_pat
     out, _ = distilled
     with pytest.raises(SpecdecError, match="other training options"):
         run_distill(_options(tiny_pair_paths, out, epochs=13.0))
+
+
+def test_hugging_face_assisted_generation_accepts_the_distilled_draft(distilled, tiny_target):
+    out, _ = distilled
+    draft = load_model(out, device="cpu", dtype="float32")
+    input_ids = torch.tensor([tiny_target.tokenizer("The quick brown fox")["input_ids"]])
+    common = {"attention_mask": torch.ones_like(input_ids), "max_new_tokens": 20, "do_sample": False, "min_new_tokens": 20}
+    alone = tiny_target.model.generate(input_ids, **common)
+    assisted = tiny_target.model.generate(input_ids, assistant_model=draft.model, **common)
+    assert assisted.tolist() == alone.tolist()
