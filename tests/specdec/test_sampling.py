@@ -65,3 +65,12 @@ def test_sparse_top_k_renormalises_and_densify_restores_support():
     assert torch.isclose(sparse.probs.sum(), torch.tensor(1.0, dtype=torch.float64))
     dense = densify(sparse, vocab_size=5)
     assert torch.allclose(dense[:3], probs[:3] / probs[:3].sum()) and dense[3:].sum() == 0
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-40])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_tiny_temperature_is_the_argmax_not_nan(temperature, dtype):
+    # found by fuzzing the gateway: logits / 5e-324 overflowed to inf (or 0 / 0 in float32), softmax gave NaN
+    logits = torch.tensor([[1.0, 3.0, -2.0, 2.5]], dtype=dtype)
+    probs = processed_probs(logits, SamplingParams(temperature=temperature))
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0]], dtype=dtype))
