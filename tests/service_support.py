@@ -145,3 +145,20 @@ def sse_events(lines):
 
 def streamed_text(payloads: list) -> str:
     return "".join(choice.get("delta", {}).get("content") or choice.get("text") or "" for p in payloads for choice in p["choices"])
+
+
+def sampling_params_strategy():
+    """Hypothesis: SamplingParams messages with any value proto allows (NaN, inf, negatives, unset)."""
+    from hypothesis import strategies as st
+
+    from specdec.v1 import common_pb2
+
+    # unset and in-range values are as likely as hostile ones, so generation is reached too
+    floats = st.one_of(st.none(), st.none(), st.floats(0.05, 1), st.floats(allow_nan=True, allow_infinity=True))
+    fields = {"temperature": floats, "top_p": floats, "min_p": st.one_of(st.none(), st.none(), floats),
+              "top_k": st.one_of(st.none(), st.integers(0, 64), st.integers(-2**31, 2**31 - 1))}
+    return st.fixed_dictionaries(fields).map(lambda values: common_pb2.SamplingParams(**{k: v for k, v in values.items() if v is not None}))
+
+
+# A status detail that names its field first, e.g. "options.sampling.top_p: must be > 0".
+FIELD_FIRST = re.compile(r"^[\w.\[\]]+: \S")
