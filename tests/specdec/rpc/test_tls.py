@@ -142,3 +142,26 @@ def test_draft_refuses_a_client_without_a_certificate(tls_draft_server, certs):
                 with pytest.raises(grpc.RpcError) as caught:
                     stub.Status(common_pb2.ServerStatusRequest(), timeout=10)
                 assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize("with_client_cert", [True, False])
+def test_gateway_reaches_verify_over_mtls_and_is_refused_without_its_certificate(tls_verify_server, certs, with_client_cert):
+    import httpx
+    from conftest import GatewayThread
+
+    client_side = _client_tls(certs, with_client_cert).model_dump()
+    config = SpecdecConfig(serving={"verify_endpoint": f"localhost:{tls_verify_server.port}", "served_model_name": "target",
+                                    "upstream_connect_timeout_s": 2}, tls=client_side)
+    gateway = GatewayThread(config)
+    try:
+        body = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        reply = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=TIMEOUT)
+        ready = httpx.get(f"{gateway.url}/ready", timeout=TIMEOUT)
+    finally:
+        gateway.stop()
+    if with_client_cert:
+        assert reply.status_code == 200 and ready.status_code == 200, reply.text
+        assert not reply.json()["speculative"]["fallback"]  # and verify drafted over mTLS too
+    else:
+        assert reply.status_code == 503 and ready.status_code == 503, reply.text
+        assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
