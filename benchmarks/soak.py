@@ -1,0 +1,226 @@
+"""Load and soak on loopback: N concurrent streaming clients with mixed lengths for a fixed time.
+
+    python benchmarks/soak.py                                  # short: 6 clients, 20 s, tiny pair
+    python benchmarks/soak.py --clients 16 --duration 1800     # long: 30 minutes
+    python benchmarks/soak.py --target T --draft D --json soak.json
+
+Starts draft, verify and gateway as `specdec up` does (same launcher, all bound to 127.0.0.1),
+warms up, records each service's RSS and live-session gauge, runs the clients, waits for the
+services to go idle and records them again. Reports completed / failed / 429, TTFT and ITL
+percentiles, and RSS before / peak / after per service. Exit status 1 when a request failed
+(anything but a 429), a stream ended without [DONE], a session is still held afterwards, or a
+service's RSS did not come back to within --rss-slack-mib of its baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from specdec.launcher import Stack, UpPlan, _start_all  # the very start sequence of `specdec up`
+from specdec.tiny_pair import make_tiny_pair
+
+LENGTHS = (8, 32, 128)  # max_tokens mix: short chat turns to longer answers
+PROMPTS = ("Hi!", "Tell me a story about a lighthouse keeper.", "List three uses of copper and explain each one briefly.")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _loopback_config(args: argparse.Namespace, directory: Path) -> Path:
+    config = {
+        "model": {"target_path": args.target, "draft_path": args.draft},
+        "serving": {"host": "127.0.0.1", "max_concurrent_requests": args.max_running, "max_queue": args.max_queue, "queue_timeout_s": 5},
+        "draft_service": {"host": "127.0.0.1"}, "verify_service": {"host": "127.0.0.1"},
+        "observability": {"log_level": "warning"},
+    }
+    path = directory / "soak.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Services:
+    """The running stack: RSS per process and the live-session gauge each service exports."""
+
+    def __init__(self, stack: Stack, plan: UpPlan) -> None:
+        self.pids = {name: process.pid for name, process in stack.children}
+        self.url = f"http://127.0.0.1:{plan.gateway_port}"
+        self.metrics = {"draft": f"http://127.0.0.1:{plan.draft_metrics_port}/metrics",
+                        "verify": f"http://127.0.0.1:{plan.verify_metrics_port}/metrics", "gateway": f"{self.url}/metrics"}
+
+    def rss(self) -> dict[str, float]:
+        return {name: round(_rss_mib(pid), 1) for name, pid in self.pids.items()}
+
+    def sessions(self) -> dict[str, float]:
+        values = {}
+        for name, url in self.metrics.items():
+            lines = httpx.get(url, timeout=5).text.splitlines()
+            values[name] = next(float(line.split()[1]) for line in lines if line.startswith("specdec_requests_running "))
+        return values
+
+    def wait_idle(self, timeout_s: float = 15.0) -> dict[str, float]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            sessions = self.sessions()
+            if not any(sessions.values()) or time.monotonic() > deadline:
+                return sessions
+            time.sleep(0.1)
+
+
+async def _one_stream(client: httpx.AsyncClient, body: dict, tally: dict) -> None:
+    started, last, gaps, first = time.perf_counter(), None, [], None
+    try:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            if response.status_code == 429:
+                tally["rejected_429"] += 1
+                return
+            if response.status_code != 200:
+                tally["failed"] += 1
+                tally["errors"].append(f"HTTP {response.status_code}")
+                return
+            done = finished = False
+            async for line in response.aiter_lines():
+                if line == "data: [DONE]":
+                    done = True
+                elif line.startswith("data: "):
+                    payload = json.loads(line[6:])
+                    if "error" in payload:
+                        tally["errors"].append(payload["error"]["message"][:200])
+                    for choice in payload.get("choices", []):
+                        finished |= bool(choice.get("finish_reason"))
+                        if choice.get("delta", {}).get("content"):
+                            now = time.perf_counter()
+                            first = first if first is not None else now - started
+                            if last is not None:
+                                gaps.append(now - last)
+                            last = now
+            ok = done and finished
+            tally["completed" if ok else "failed"] += 1
+            if not ok:
+                tally["errors"].append("stream ended without [DONE] and a finish_reason")
+    except httpx.HTTPError as error:
+        tally["failed"] += 1
+        tally["errors"].append(f"{type(error).__name__}: {error}")
+        return
+    if first is not None:
+        tally["ttft"].append(first)
+    tally["itl"].extend(gaps)
+
+
+async def _client(url: str, deadline: float, rng: random.Random, tally: dict) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        while time.monotonic() < deadline:
+            body = {"model": "target", "messages": [{"role": "user", "content": rng.choice(PROMPTS)}], "stream": True,
+                    "max_tokens": rng.choice(LENGTHS), "temperature": rng.choice([0, 0.8]), "seed": rng.randrange(2**31)}
+            await _one_stream(client, body, tally)
+            if tally["rejected_429"] and rng.random() < 0.5:
+                await asyncio.sleep(0.2)  # a polite client backs off a little after a 429
+
+
+async def _load(services: Services, args: argparse.Namespace) -> tuple[dict, dict[str, float]]:
+    tally = {"completed": 0, "failed": 0, "rejected_429": 0, "ttft": [], "itl": [], "errors": []}
+    peak = services.rss()
+    deadline = time.monotonic() + args.duration
+    clients = [asyncio.create_task(_client(services.url, deadline, random.Random(args.seed + i), tally)) for i in range(args.clients)]
+    while not all(task.done() for task in clients):
+        await asyncio.sleep(1.0)
+        peak = {name: max(value, peak[name]) for name, value in services.rss().items()}
+    await asyncio.gather(*clients)
+    return tally, peak
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if len(values) < 2:
+        return {"count": len(values)}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {"count": len(values), "p50_ms": round(cuts[49] * 1000, 2), "p90_ms": round(cuts[89] * 1000, 2), "p99_ms": round(cuts[98] * 1000, 2)}
+
+
+def _warm_up(url: str) -> None:
+    for max_tokens in LENGTHS:
+        body = {"model": "target", "messages": [{"role": "user", "content": PROMPTS[1]}], "max_tokens": max_tokens}
+        httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120).raise_for_status()
+
+
+def run(args: argparse.Namespace) -> dict:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per service, as on separate hosts
+    with tempfile.TemporaryDirectory(prefix="specdec-soak-") as directory:
+        if args.target is None:  # the tiny random pair, built in seconds
+            pair = make_tiny_pair(Path(directory) / "pair")
+            args.target, args.draft = str(pair.target), str(pair.draft)
+        plan = UpPlan(config_file=str(_loopback_config(args, Path(directory))), target=None, draft=None, draft_method=None,
+                      gateway_port=_free_port(), draft_port=_free_port(), verify_port=_free_port(),
+                      draft_metrics_port=_free_port(), verify_metrics_port=_free_port())
+        stack = Stack()
+        try:
+            _start_all(stack, plan)
+            services = Services(stack, plan)
+            _warm_up(services.url)
+            before = services.rss()
+            tally, peak = asyncio.run(_load(services, args))
+            sessions_after = services.wait_idle()
+            time.sleep(1.0)  # let freed caches settle before the last reading
+            after = services.rss()
+        finally:
+            stack.stop()
+    return _report(args, tally, before, peak, after, sessions_after)
+
+
+def _report(args, tally: dict, before: dict, peak: dict, after: dict, sessions_after: dict) -> dict:
+    growth = {name: round(after[name] - before[name], 1) for name in before}
+    problems = [f"{tally['failed']} requests failed"] if tally["failed"] else []
+    problems += [f"{name} still holds {count:g} sessions" for name, count in sessions_after.items() if count]
+    problems += [f"{name} RSS grew {mib} MiB" for name, mib in growth.items() if mib > args.rss_slack_mib]
+    return {
+        "clients": args.clients, "duration_s": args.duration, "completed": tally["completed"], "failed": tally["failed"],
+        "rejected_429": tally["rejected_429"], "errors": sorted(set(tally["errors"]))[:20],
+        "ttft": _percentiles(tally["ttft"]), "itl": _percentiles(tally["itl"]),
+        "rss_mib": {"before": before, "peak": peak, "after": after, "growth": growth},
+        "sessions_after": sessions_after, "problems": problems, "ok": not problems and tally["completed"] > 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=6)
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load")
+    parser.add_argument("--target", help="target model (default: a tiny random pair, built for the run)")
+    parser.add_argument("--draft", help="draft model (default: the tiny pair's)")
+    parser.add_argument("--max-running", type=int, default=4, help="the gateway's max_concurrent_requests")
+    parser.add_argument("--max-queue", type=int, default=2, help="the gateway's max_queue (beyond it: 429)")
+    parser.add_argument("--rss-slack-mib", type=float, default=64.0, help="allowed RSS growth per service")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args(argv)
+    report = run(args)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n", encoding="utf-8")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
