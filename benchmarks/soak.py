@@ -95,6 +95,7 @@ async def _one_stream(client: httpx.AsyncClient, body: dict, tally: dict) -> Non
         async with client.stream("POST", "/v1/chat/completions", json=body) as response:
             if response.status_code == 429:
                 tally["rejected_429"] += 1
+                await asyncio.sleep(0.25)  # a polite client backs off before retrying
                 return
             if response.status_code != 200:
                 tally["failed"] += 1
@@ -135,8 +136,6 @@ async def _client(url: str, deadline: float, rng: random.Random, tally: dict) ->
             body = {"model": "target", "messages": [{"role": "user", "content": rng.choice(PROMPTS)}], "stream": True,
                     "max_tokens": rng.choice(LENGTHS), "temperature": rng.choice([0, 0.8]), "seed": rng.randrange(2**31)}
             await _one_stream(client, body, tally)
-            if tally["rejected_429"] and rng.random() < 0.5:
-                await asyncio.sleep(0.2)  # a polite client backs off a little after a 429
 
 
 async def _load(services: Services, args: argparse.Namespace) -> tuple[dict, dict[str, float]]:
