@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -22,6 +22,10 @@ def _encodable(value):
             except UnicodeEncodeError:
                 raise ValueError("must be valid Unicode text (it holds a lone surrogate)") from None
     return value
+
+
+# Token ids travel as int32 to verify: a larger one would fail while building the gRPC request (a 500).
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 
 
 class _Request(BaseModel):
@@ -107,7 +111,7 @@ class ChatCompletionRequest(_SamplingRequest):
 
 
 class CompletionRequest(_SamplingRequest):
-    prompt: str | list[str] | list[int]
+    prompt: str | list[str] | list[TokenId]
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
