@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from specdec.launcher import Stack, UpPlan, _start_all  # the very start sequence of `specdec up`
+from specdec.launcher import Stack, UpPlan, start_all  # the very start sequence of `specdec up`
 from specdec.tiny_pair import make_tiny_pair
 
 LENGTHS = (8, 32, 128)  # max_tokens mix: short chat turns to longer answers
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> dict:
                       draft_metrics_port=_free_port(), verify_metrics_port=_free_port())
         stack = Stack()
         try:
-            _start_all(stack, plan)
+            start_all(stack, plan)
             services = Services(stack, plan)
             _warm_up(services.url)
             before = services.rss()

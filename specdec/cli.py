@@ -23,6 +23,8 @@ _FLAG_FOR_FIELD = {
     "verify_service.port": "--port",
     "draft_service.max_sessions": "--max-sessions",
     "verify_service.max_sessions": "--max-sessions",
+    "draft_service.cpu_threads": "--cpu-threads",
+    "verify_service.cpu_threads": "--cpu-threads",
     "verify_service.draft_round_timeout_ms": "--draft-round-timeout-ms",
     "serving.port": "--port",
     "serving.max_concurrent_requests": "--max-concurrent-requests",
@@ -185,6 +187,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--port", type=int)
         parser.add_argument("--dtype", help="auto, float32, bfloat16, float16, float64")
         parser.add_argument("--max-sessions", type=int, help="concurrent streams before RESOURCE_EXHAUSTED")
+        parser.add_argument("--cpu-threads", type=int, help="torch intra-op threads on CPU (default: one per core)")
         parser.add_argument("--metrics-port", type=int, help="Prometheus /metrics port (draft 9101, verify 9102; 0 = off)")
         parser.add_argument("--tls-cert", help="server certificate (PEM); enables TLS")
         parser.add_argument("--tls-key", help="server private key (PEM)")

@@ -117,7 +117,8 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
     section = "draft_service" if args.service == "draft" else "verify_service"
     overrides = {
         "model": {"dtype": args.dtype},
-        section: {"host": args.host, "port": args.port, "max_sessions": args.max_sessions, "metrics_port": args.metrics_port},
+        section: {"host": args.host, "port": args.port, "max_sessions": args.max_sessions, "metrics_port": args.metrics_port,
+                  "cpu_threads": args.cpu_threads},
         "tls": {"cert_file": args.tls_cert, "key_file": args.tls_key, "ca_file": args.tls_ca, "require_client_auth": args.tls_require_client_auth},
     }
     if args.service == "draft":
@@ -144,6 +145,11 @@ def serve(args: argparse.Namespace) -> int:
     setup_tracing(f"specdec-{args.service}")
     if args.service == "gateway":
         return _serve_gateway(config)
+    import torch
+
+    threads = (config.draft_service if args.service == "draft" else config.verify_service).cpu_threads
+    if threads:
+        torch.set_num_threads(threads)
     if args.service == "draft":
         from draft_service.server import serve as run
     else:

@@ -93,6 +93,7 @@ class DraftServiceSection(_Section):
     metrics_port: int = Field(9101, ge=0, le=65535)
     max_sessions: int = Field(256, ge=1)
     grace_seconds: float = Field(5.0, ge=0, description="time open streams get on shutdown")
+    cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
 
 
 class VerifyServiceSection(_Section):
@@ -105,6 +106,7 @@ class VerifyServiceSection(_Section):
     max_sessions: int = Field(64, ge=1)
     default_max_tokens: int = Field(256, ge=1)
     grace_seconds: float = Field(10.0, ge=0, description="time in-flight requests get on shutdown")
+    cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
 
 
 class TlsSection(_Section):

@@ -84,7 +84,7 @@ def run_up(plan: UpPlan) -> int:
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
-        _start_all(stack, plan)
+        start_all(stack, plan)
         _announce(plan)
         while not stopping:
             failure = stack.failed_child()
@@ -99,7 +99,7 @@ def run_up(plan: UpPlan) -> int:
     return 0
 
 
-def _start_all(stack: Stack, plan: UpPlan) -> None:
+def start_all(stack: Stack, plan: UpPlan) -> None:
     config = ["--config", plan.config_file] if plan.config_file else []
     target, draft = plan.target, plan.draft
     if target is None and plan.config_file is None:
@@ -107,6 +107,9 @@ def _start_all(stack: Stack, plan: UpPlan) -> None:
     draft_args = ["--draft-method", plan.draft_method] if plan.draft_method else []
     draft_args += [f"--draft={draft}"] if draft else []
     draft_args += [f"--target={target}"] if target and plan.draft_method == "layer_skip" else []
+    # One host: a small draft on one thread leaves the other cores to the target, and two
+    # processes whose OpenMP thread teams span the same cores slow each other down badly.
+    draft_args += ["--cpu-threads", "1"] if plan.config_file is None else []
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--port", str(plan.draft_port), "--metrics-port", str(plan.draft_metrics_port)])
     _wait_grpc("draft", stack, f"localhost:{plan.draft_port}")
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--port", str(plan.verify_port),

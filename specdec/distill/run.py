@@ -67,6 +67,11 @@ def run_distill(options: DistillOptions) -> dict:
     return summary
 
 
+def _minify_json(path: Path) -> None:
+    if path.is_file():
+        path.write_text(json.dumps(json.loads(path.read_text(encoding="utf-8")), separators=(",", ":"), ensure_ascii=False), encoding="utf-8")
+
+
 def _special_ids(target: LoadedModel) -> set[int]:
     return set(target.tokenizer.all_special_ids)
 
@@ -75,6 +80,7 @@ def _export(student, target: LoadedModel, out: Path, summary: dict) -> None:
     """Weights in bfloat16 (half the bytes; loaded back at the serving dtype), tokenizer, card."""
     student.to(torch.bfloat16).save_pretrained(out)
     target.tokenizer.save_pretrained(out)
+    _minify_json(out / "tokenizer.json")  # pretty-printed it is twice the size: the draft ships in the repository
     (out / "distill_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     write_model_card(out, summary)
     log.info("wrote the draft to %s", out)

@@ -7,6 +7,7 @@ constant. Checkpoints (model, optimizer, step, data order) let an interrupted ru
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from dataclasses import asdict, dataclass
@@ -19,6 +20,8 @@ from specdec.distill.data import TeacherSequence
 from specdec.drafters.reduced_vocab import ReducedVocabLlamaForCausalLM
 from specdec.errors import SpecdecError
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class TrainOptions:
@@ -26,7 +29,7 @@ class TrainOptions:
     batch_size: int = 8
     learning_rate: float = 1e-3
     warmup_steps: int = 30
-    checkpoint_every: int = 50
+    checkpoint_every: int = 100
     seed: int = 0
 
 
@@ -50,6 +53,8 @@ def train_student(student: ReducedVocabLlamaForCausalLM, train: list[TeacherSequ
         progress.set_postfix(loss=f"{loss:.3f}", lr=f"{schedule.get_last_lr()[0]:.1e}")
         if (step + 1) % options.checkpoint_every == 0 or step + 1 == len(order):
             _save_checkpoint(checkpoint, student, optimizer, schedule, step + 1, options)
+            log.info("step %d: loss %.3f, held-out greedy agreement %.3f", step + 1, loss, top1_agreement(student, heldout))
+            student.train()
     student.eval()
     return TrainResult(steps=len(order), final_loss=loss, heldout_top1_agreement=top1_agreement(student, heldout))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,30 +19,56 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
-    ports = {"--gateway-port": _free_port(), "--draft-port": _free_port(), "--verify-port": _free_port(),
-             "--draft-metrics-port": _free_port(), "--verify-metrics-port": _free_port()}
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+def _ports() -> dict[str, int]:
+    return {"--gateway-port": _free_port(), "--draft-port": _free_port(), "--verify-port": _free_port(),
+            "--draft-metrics-port": _free_port(), "--verify-metrics-port": _free_port()}
+
+
+@contextlib.contextmanager
+def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str] | None = None, timeout: float = 120):
+    """`specdec up` as a user runs it; yields its banner, then stops it with SIGTERM and checks no child outlives it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
     log = (tmp_path / "up.log").open("w")  # the children's logs: a file, so no pipe can fill up
-    up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", "--tiny", *arguments], env=env,
+    up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", *extra, *arguments], env=env,
                           stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     try:
-        banner = _read_until(up, "specdec is up", timeout=120, log=tmp_path / "up.log")
-        assert f"http://localhost:{ports['--gateway-port']}/v1" in banner
-        assert (tmp_path / "specdec" / "tiny-pair" / "target" / "config.json").is_file()  # the tiny pair, built into the cache
-        url = f"http://127.0.0.1:{ports['--gateway-port']}/v1/chat/completions"
-        body = {"model": "target", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8}
-        reply = httpx.post(url, json=body, timeout=30)
-        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"]
-        assert reply.json()["speculative"]["rounds"] > 0
-        verify_metrics = httpx.get(f"http://127.0.0.1:{ports['--verify-metrics-port']}/metrics", timeout=5).text
-        assert "specdec_spec_decode_num_draft_tokens_total" in verify_metrics
+        yield _read_until(up, "specdec is up", timeout=timeout, log=tmp_path / "up.log")
     finally:
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0
-    children = subprocess.run(["pgrep", "-f", f"--port {ports['--draft-port']}"], capture_output=True, text=True).stdout
+    children = subprocess.run(["pgrep", "-f", f"--port {ports['--draft-port']}"], check=False, capture_output=True, text=True).stdout
     assert children.strip() == "", "a child service outlived specdec up"
+
+
+def _chat(ports: dict[str, int], model: str, max_tokens: int) -> dict:
+    url = f"http://127.0.0.1:{ports['--gateway-port']}/v1/chat/completions"
+    body = {"model": model, "messages": [{"role": "user", "content": "Hello! What can you do?"}], "max_tokens": max_tokens, "temperature": 0}
+    reply = httpx.post(url, json=body, timeout=120)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
+    ports = _ports()
+    with _specdec_up(tmp_path, ports, "--tiny") as banner:
+        assert f"http://localhost:{ports['--gateway-port']}/v1" in banner
+        assert (tmp_path / "specdec" / "tiny-pair" / "target" / "config.json").is_file()  # the tiny pair, built into the cache
+        reply = _chat(ports, "target", 8)
+        assert reply["choices"][0]["message"]["content"] and reply["speculative"]["rounds"] > 0
+        verify_metrics = httpx.get(f"http://127.0.0.1:{ports['--verify-metrics-port']}/metrics", timeout=5).text
+        assert "specdec_spec_decode_num_draft_tokens_total" in verify_metrics
+
+
+def test_up_with_no_arguments_chats_with_smollm2_through_the_distilled_draft(tmp_path, default_target_dir):
+    ports = _ports()
+    # The models directory the session fixture converted SmolLM2 into: `specdec up` finds it there.
+    with _specdec_up(tmp_path, ports, env={"SPECDEC_MODELS_DIR": str(default_target_dir.parent)}, timeout=300) as banner:
+        assert "model 'smollm2-135m-instruct'" in banner
+        reply = _chat(ports, "smollm2-135m-instruct", 24)
+        assert reply["choices"][0]["message"]["content"].strip()
+        stats = reply["speculative"]
+        assert stats["rounds"] > 0 and stats["accepted_tokens"] > 0 and not stats["fallback"]
 
 
 def _read_until(process: subprocess.Popen, marker: str, timeout: float, log) -> str:
