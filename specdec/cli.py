@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tiny", action="store_true", help="the tiny random pair instead of the default: starts in seconds, for trying the plumbing")
     up.add_argument("--draft", help="draft model")
     up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    up.add_argument("--num-draft-tokens", type=int, help="K per round (default: the config's; 1 for the default pair on CPU)")
     up.add_argument("--gateway-port", type=int, default=8000)
     up.add_argument("--draft-port", type=int, default=50051)
     up.add_argument("--verify-port", type=int, default=50052)

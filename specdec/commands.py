@@ -196,7 +196,8 @@ def up(args: argparse.Namespace) -> int:
         load_config(config_file)  # fail fast, in one line, on a bad file
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
                          gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
-                         draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny))
+                         draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny,
+                         num_draft_tokens=args.num_draft_tokens))
 
 
 def healthcheck(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ class UpPlan:
     draft_metrics_port: int = 9101
     verify_metrics_port: int = 9102
     tiny: bool = False
+    num_draft_tokens: int | None = None  # K for the verify service (None: the config's, or the default pair's)
 
 
 def default_pair_paths(tiny: bool = False) -> tuple[str, str]:
@@ -51,6 +52,14 @@ def default_pair_paths(tiny: bool = False) -> tuple[str, str]:
     if not (root / "target" / "config.json").is_file() or not (root / "draft" / "config.json").is_file():
         make_tiny_pair(root)
     return str(root / "target"), str(root / "draft")
+
+
+def default_pair_draft_tokens() -> int | None:
+    """K for the default pair: 1 on a CPU-only host, where the target scores 2 tokens for the price of 1
+    but 4 cost 1.5x (docs/benchmarks.md); on a GPU the configured default."""
+    import torch
+
+    return None if torch.cuda.is_available() else 1
 
 
 class Stack:
@@ -102,8 +111,11 @@ def run_up(plan: UpPlan) -> int:
 def start_all(stack: Stack, plan: UpPlan) -> None:
     config = ["--config", plan.config_file] if plan.config_file else []
     target, draft = plan.target, plan.draft
+    num_draft_tokens = plan.num_draft_tokens
     if target is None and plan.config_file is None:
         target, draft = default_pair_paths(plan.tiny)
+        if not plan.tiny and num_draft_tokens is None:
+            num_draft_tokens = default_pair_draft_tokens()
     draft_args = ["--draft-method", plan.draft_method] if plan.draft_method else []
     draft_args += [f"--draft={draft}"] if draft else []
     draft_args += [f"--target={target}"] if target and plan.draft_method == "layer_skip" else []
@@ -113,7 +125,8 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--port", str(plan.draft_port), "--metrics-port", str(plan.draft_metrics_port)])
     _wait_grpc("draft", stack, f"localhost:{plan.draft_port}")
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--port", str(plan.verify_port),
-                           "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}"])
+                           "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",
+                           *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])])
     _wait_grpc("verify", stack, f"localhost:{plan.verify_port}")
     stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}"])
     _wait_http("gateway", stack, f"http://localhost:{plan.gateway_port}/ready")
