@@ -1,0 +1,54 @@
+"""Speculation on vs off in one process (no gRPC, no HTTP): what the split deployment is compared with.
+
+    python benchmarks/in_process_speedup.py [--target T --draft D] [--prompts 8] [--max-tokens 64] [--k 1]
+
+Spec-Bench first turns, every 37th question (a spread over the categories), greedy, batch 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from specdec.bench import DEFAULT_PROMPTS
+from specdec.drafters import ModelDrafter
+from specdec.generation import SpeculativeGenerator
+from specdec.models import load_model
+from specdec.prompts import encode_chat
+from specdec.request import GenerationRequest
+from specdec.sampling import SamplingParams
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target")
+    parser.add_argument("--draft")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--k", type=int, default=1)
+    args = parser.parse_args()
+    if not args.target or not args.draft:
+        from specdec.default_models import default_pair
+
+        args.target, args.draft = (str(path) for path in default_pair())
+    target, draft = load_model(args.target), load_model(args.draft)
+    questions = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines()][::37][: args.prompts]
+    tokens, seconds, accepted, drafted = {"on": 0, "off": 0}, {"on": 0.0, "off": 0.0}, 0, 0
+    for question in questions:
+        prompt_ids = encode_chat(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
+        for mode in ("on", "off"):
+            request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=args.max_tokens, sampling=SamplingParams(temperature=0),
+                                        num_draft_tokens=args.k, speculative=mode == "on")
+            started = time.perf_counter()
+            result = SpeculativeGenerator(target, ModelDrafter(draft.model) if mode == "on" else None).generate(request)
+            seconds[mode] += time.perf_counter() - started
+            tokens[mode] += len(result.token_ids)
+            accepted, drafted = accepted + result.stats.accepted_tokens, drafted + result.stats.draft_tokens
+    rate = {mode: tokens[mode] / seconds[mode] for mode in tokens}
+    print(f"in-process K={args.k}: on {rate['on']:.1f} tok/s, off {rate['off']:.1f} tok/s, speedup {rate['on'] / rate['off']:.2f}, "
+          f"acceptance {accepted / max(drafted, 1):.3f}")
+
+
+if __name__ == "__main__":
+    main()
