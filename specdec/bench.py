@@ -307,7 +307,11 @@ def run_bench(options: BenchOptions) -> dict:
             records, wall = run_level(gateway, body, prompts, concurrency, refused, bar)
             levels.append({"concurrency": concurrency, **compare(records, wall), "categories": by_category(records),
                            "requests": [{k: v for k, v in asdict(r).items() if k != "itl_s"} for r in records]})
-        baselines = {"hf": _hf_baseline(options, [p for i, p in enumerate(prompts) if i not in refused], bar)} if options.baseline == "hf" else {}
+        baselines = {}
+        if options.baseline == "hf":
+            from specdec.bench_hf import hf_baseline
+
+            baselines["hf"] = hf_baseline(options, [p for i, p in enumerate(prompts) if i not in refused], bar)
     if len(refused) == len(prompts):
         raise SpecdecError(f"the gateway refused every prompt: {next(iter(refused.values()))}")
     hidden = ("api_key", "command", "out", "plot")  # never write the key
@@ -318,17 +322,6 @@ def run_bench(options: BenchOptions) -> dict:
                "levels": levels, "baselines": baselines}
     write_outputs(results, Path(options.out or f"bench-results/{started:%Y%m%d-%H%M%S}"), options.plot)
     return results
-
-
-def _hf_baseline(options: BenchOptions, prompts: list[Prompt], bar) -> dict:
-    from specdec.bench_hf import run_hf_baseline
-
-    target, draft = options.target, options.draft
-    if not target or not draft:
-        from specdec.default_models import default_pair
-
-        target, draft = (str(path) for path in default_pair())
-    return {"target": target, "draft": draft, **run_hf_baseline(prompts, target, draft, options.max_tokens, options.temperature, bar)}
 
 
 def write_outputs(results: dict, out: Path, plot: bool) -> None:
@@ -368,23 +361,16 @@ def render_markdown(results: dict) -> str:
              # Per category there is no wall time of its own (blocks mix categories): tokens over summed latency.
              *_table(["concurrency", "category", "prompts", "acceptance", "mean accepted length", "tok/s per request on",
                       "tok/s per request off", "speedup"], categories),
-             *_render_hf(results)]
+             *_render_baselines(results)]
     return "\n".join(lines) + "\n"
 
 
-def _render_hf(results: dict) -> list[str]:
-    """specdec through the whole stack at concurrency 1 beside HF generate() in-process, per category."""
-    hf = (results.get("baselines") or {}).get("hf")
-    single = next((level for level in results["levels"] if level["concurrency"] == 1), None)
-    if not hf or single is None:
+def _render_baselines(results: dict) -> list[str]:
+    if not (results.get("baselines") or {}).get("hf"):
         return []
-    groups = [("overall", single, hf), *((name, entry, hf["categories"].get(name, {})) for name, entry in single["categories"].items())]
-    rows = [[name, _fmt(ours["modes"]["on"]["tokens_per_s"], 1), _fmt(ours["modes"]["off"]["tokens_per_s"], 1), _fmt(ours["speedup"]),
-             _fmt(theirs.get("tokens_per_s", {}).get("assisted"), 1), _fmt(theirs.get("tokens_per_s", {}).get("target_only"), 1),
-             _fmt(theirs.get("speedup"))] for name, ours, theirs in groups]
-    return ["", "## Hugging Face generate() baseline (in-process, batch 1, same pair and prompts)",
-            *_table(["category", "specdec tok/s on", "specdec tok/s off", "specdec speedup", "HF assisted tok/s", "HF target-only tok/s",
-                     "HF assisted speedup"], rows)]
+    from specdec.bench_hf import render_hf
+
+    return render_hf(results)
 
 
 def plot_speedup(results: dict, path: Path) -> None:

@@ -68,3 +68,31 @@ def summarize_hf(runs: list[HfRun]) -> dict:
     for run in runs:
         categories.setdefault(run.category, []).append(run)
     return {**block(runs), "categories": {name: block(subset) for name, subset in categories.items()}}
+
+
+def hf_baseline(options, prompts: list, bar) -> dict:
+    """The baseline for a `specdec bench` run: its options' pair (default: the default pair) and its prompts."""
+    target, draft = options.target, options.draft
+    if not target or not draft:
+        from specdec.default_models import default_pair
+
+        target, draft = (str(path) for path in default_pair())
+    return {"target": target, "draft": draft, **run_hf_baseline(prompts, target, draft, options.max_tokens, options.temperature, bar)}
+
+
+def render_hf(results: dict) -> list[str]:
+    """specdec through the whole stack at concurrency 1 beside HF generate() in-process, per category."""
+    from specdec.bench import _fmt as fmt
+    from specdec.bench import _table as table
+
+    hf = (results.get("baselines") or {}).get("hf")
+    single = next((level for level in results["levels"] if level["concurrency"] == 1), None)
+    if not hf or single is None:
+        return []
+    groups = [("overall", single, hf), *((name, entry, hf["categories"].get(name, {})) for name, entry in single["categories"].items())]
+    rows = [[name, fmt(ours["modes"]["on"]["tokens_per_s"], 1), fmt(ours["modes"]["off"]["tokens_per_s"], 1), fmt(ours["speedup"]),
+             fmt(theirs.get("tokens_per_s", {}).get("assisted"), 1), fmt(theirs.get("tokens_per_s", {}).get("target_only"), 1),
+             fmt(theirs.get("speedup"))] for name, ours, theirs in groups]
+    return ["", "## Hugging Face generate() baseline (in-process, batch 1, same pair and prompts)",
+            *table(["category", "specdec tok/s on", "specdec tok/s off", "specdec speedup", "HF assisted tok/s", "HF target-only tok/s",
+                     "HF assisted speedup"], rows)]
