@@ -12,6 +12,7 @@ import json
 import time
 
 from specdec.bench import DEFAULT_PROMPTS
+from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
 from specdec.generation import SpeculativeGenerator
 from specdec.models import load_model
@@ -28,11 +29,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=1)
     args = parser.parse_args()
-    if not args.target or not args.draft:
-        from specdec.default_models import default_pair
-
-        args.target, args.draft = (str(path) for path in default_pair())
-    target, draft = load_model(args.target), load_model(args.draft)
+    target, draft = (load_model(path) for path in pair_or_default(args.target, args.draft))
     questions = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines()][::37][: args.prompts]
     tokens, seconds, accepted, drafted = {"on": 0, "off": 0}, {"on": 0.0, "off": 0.0}, 0, 0
     for question in questions:

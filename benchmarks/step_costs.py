@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from specdec.default_models import pair_or_default
 from specdec.kv_cache import CachedSequence
 from specdec.models import load_model
 from specdec.prompts import encode_chat
@@ -54,10 +55,7 @@ def main() -> None:
     parser.add_argument("--bench-results", help="a `specdec bench` results.json: compare its concurrency-1 speedup with the ceiling")
     parser.add_argument("--k", type=int, default=None, help="K the bench ran with (default: the bench's setting, else 4)")
     args = parser.parse_args()
-    if not args.target or not args.draft:
-        from specdec.default_models import default_pair
-
-        args.target, args.draft = (args.target or str(default_pair()[0])), (args.draft or str(default_pair()[1]))
+    args.target, args.draft = pair_or_default(args.target, args.draft)
     torch.set_grad_enabled(False)
     target, draft = load_model(args.target), load_model(args.draft)
     # A chat prompt plus 64 tokens of answer: the context a mid-answer round sees.

@@ -72,11 +72,9 @@ def summarize_hf(runs: list[HfRun]) -> dict:
 
 def hf_baseline(options, prompts: list, bar) -> dict:
     """The baseline for a `specdec bench` run: its options' pair (default: the default pair) and its prompts."""
-    target, draft = options.target, options.draft
-    if not target or not draft:
-        from specdec.default_models import default_pair
+    from specdec.default_models import pair_or_default
 
-        target, draft = (str(path) for path in default_pair())
+    target, draft = pair_or_default(options.target, options.draft)
     return {"target": target, "draft": draft, **run_hf_baseline(prompts, target, draft, options.max_tokens, options.temperature, bar)}
 
 

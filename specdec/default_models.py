@@ -42,6 +42,14 @@ def default_pair() -> tuple[Path, Path]:
     return ensure_default_target(models_dir()), DRAFT_DIR
 
 
+def pair_or_default(target: str | None = None, draft: str | None = None) -> tuple[str, str]:
+    """The given target and draft, the default pair's for whichever is missing (fetched only then)."""
+    if target and draft:
+        return target, draft
+    default_target, default_draft = default_pair()
+    return target or str(default_target), draft or str(default_draft)
+
+
 def ensure_default_target(root: Path) -> Path:
     converted = root / TARGET_NAME
     if (converted / "config.json").is_file():

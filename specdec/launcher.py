@@ -43,9 +43,9 @@ def default_pair_paths(tiny: bool = False) -> tuple[str, str]:
     into the user's cache.
     """
     if not tiny:
-        from specdec.default_models import default_pair
+        from specdec.default_models import pair_or_default
 
-        return tuple(str(path) for path in default_pair())
+        return pair_or_default()
     from specdec.tiny_pair import make_tiny_pair
 
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"

@@ -24,14 +24,10 @@ def choose_vocabulary(sequences: list[TeacherSequence], size: int, always: list[
     mass = torch.zeros(target_vocab_size, dtype=torch.float64)
     for sequence in sequences:
         mass.index_add_(0, sequence.top_ids.reshape(-1), sequence.top_logprobs.double().exp().reshape(-1))
-    for token_id in sequence_prompt_ids(sequences):
-        mass[token_id] += 1e-6  # break ties towards tokens users type
+    prompt_ids = torch.cat([s.prompt_ids for s in sequences]) if sequences else torch.empty(0, dtype=torch.long)
+    mass.index_add_(0, prompt_ids, torch.full(prompt_ids.shape, 1e-6, dtype=torch.float64))  # break ties towards tokens users type
     mass[torch.tensor(always, dtype=torch.long)] = float("inf")
     return mass.topk(size).indices.sort().values
-
-
-def sequence_prompt_ids(sequences: list[TeacherSequence]) -> torch.Tensor:
-    return torch.cat([s.prompt_ids for s in sequences]) if sequences else torch.empty(0, dtype=torch.long)
 
 
 def coverage(sequences: list[TeacherSequence], vocabulary: torch.Tensor, target_vocab_size: int) -> float:
