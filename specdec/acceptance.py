@@ -11,6 +11,7 @@ own `torch.Generator`, and only where a draw is needed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,8 @@ class RoundVerdict:
     accepted_ids: list[int]  # the accepted prefix of the candidates
     next_token_id: int  # recovered (after a rejection) or bonus (all accepted)
     num_candidates: int
+    # A tree block: the indices of the accepted nodes, a path from the root; None for a chain.
+    accepted_nodes: list[int] | None = None
 
     @property
     def num_accepted(self) -> int:
@@ -34,6 +37,11 @@ class RoundVerdict:
     @property
     def token_ids(self) -> list[int]:
         return [*self.accepted_ids, self.next_token_id]
+
+    @property
+    def accepted_path(self) -> list[int]:
+        """The accepted candidates' indices in the block (a chain's are 0..num_accepted-1)."""
+        return list(range(self.num_accepted)) if self.accepted_nodes is None else list(self.accepted_nodes)
 
 
 def accept_matching_prefix(
@@ -145,3 +153,46 @@ def coupled_accept(
 ) -> RoundVerdict:
     """Accept while the candidate equals the target's Gumbel-max choice (see specdec.noise)."""
     return accept_matching_prefix(candidate_ids, gumbel_argmax(target_probs, gumbel))
+
+
+def accept_tree_path(
+    node_ids: torch.Tensor,  # [n] int64, the candidate token of each tree node
+    parents: Sequence[int],  # [n] parent node of each node, -1 = child of the last committed token
+    target_choice_ids: torch.Tensor,  # [n + 1] int64: row 0 the target's choice after the committed
+    # tokens, row i + 1 its choice after node i (each node scored with its own ancestors only)
+) -> RoundVerdict:
+    """Walk down from the root: at each step accept the child equal to the target's choice.
+
+    The tree analogue of accept_matching_prefix, and as lossless: every emitted token is the
+    target's own choice given exactly the tokens before it, so greedy / coupled output is the
+    target-only sequence whatever the tree. NOTE: siblings should be distinct tokens; with
+    duplicates the first listed one is taken (either gives the same output).
+    """
+    token_ids, choices = node_ids.tolist(), target_choice_ids.tolist()
+    children: dict[int, list[int]] = {}
+    for node, parent in enumerate(parents):
+        children.setdefault(parent, []).append(node)
+    path, current = [], -1
+    while (child := next((c for c in children.get(current, ()) if token_ids[c] == choices[current + 1]), None)) is not None:
+        path.append(child)
+        current = child
+    return RoundVerdict([token_ids[node] for node in path], choices[current + 1], len(token_ids), accepted_nodes=path)
+
+
+def greedy_tree_accept(
+    node_ids: torch.Tensor,  # [n]
+    parents: Sequence[int],  # [n]
+    target_probs: torch.Tensor,  # [n + 1, vocab], rows as in accept_tree_path
+) -> RoundVerdict:
+    return accept_tree_path(node_ids, parents, target_probs.argmax(dim=-1))
+
+
+def coupled_tree_accept(
+    node_ids: torch.Tensor,  # [n]
+    parents: Sequence[int],  # [n]
+    target_probs: torch.Tensor,  # [n + 1, vocab], rows as in accept_tree_path
+    gumbel: torch.Tensor,  # [n + 1, vocab] keyed noise at each row's absolute position (root row: the
+    # committed length; node i: committed length + depth(i))
+) -> RoundVerdict:
+    """Accept down the tree while a child equals the target's Gumbel-max choice (see specdec.noise)."""
+    return accept_tree_path(node_ids, parents, gumbel_argmax(target_probs, gumbel))
