@@ -26,7 +26,7 @@ class DraftServer:
         settings = config.draft_service
         self.config = config
         self.service_names = SERVICE_NAMES
-        self.servicer = DraftServicer(settings.max_sessions)
+        self.servicer = DraftServicer(settings.max_sessions, overlap=settings.overlap)
         self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
         draft_pb2_grpc.add_DraftServiceServicer_to_server(self.servicer, self.server)
 

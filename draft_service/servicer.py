@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +11,8 @@ from dataclasses import dataclass
 import grpc
 from opentelemetry import trace
 
-from specdec.drafters.base import Drafter, DraftRequest, DraftSession
+from specdec.drafters.base import Drafter, DraftRequest
+from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError
 from specdec.metrics import ServiceMetrics
@@ -37,8 +39,9 @@ class LoadedDrafter:
 
 
 class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
-    def __init__(self, max_sessions: int, metrics: ServiceMetrics | None = None) -> None:
+    def __init__(self, max_sessions: int, metrics: ServiceMetrics | None = None, overlap: bool = True) -> None:
         self.loaded: LoadedDrafter | None = None  # set once the model is loaded
+        self.overlap = overlap  # draft each next block while the verifier checks this one (drafters/overlap.py)
         self.metrics = metrics or ServiceMetrics("draft")
         self.sessions = SessionLimit(max_sessions, self.metrics)
         self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
@@ -63,8 +66,12 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             session = await self._open(opening, context)
             try:
                 num_tokens = await _checked_draft_tokens(opening.open.num_draft_tokens, "open.num_draft_tokens", context)
+                ahead = None
                 while True:
-                    yield await self._block(session, num_tokens, context)
+                    response = await self._block(session, num_tokens, ahead, context)
+                    # Runs while the block travels and the target verifies it; awaited before the next propose.
+                    ahead = self._draft_ahead(session)
+                    yield response
                     message = await anext(aiter(request_iterator), None)
                     if message is None:
                         return
@@ -72,12 +79,12 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             finally:
                 await self._run(session.close)
 
-    async def _open(self, message: draft_pb2.ProposeRequest, context: grpc.aio.ServicerContext) -> DraftSession:
+    async def _open(self, message: draft_pb2.ProposeRequest, context: grpc.aio.ServicerContext) -> OverlappedDraftSession:
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
         try:
             request = self._draft_request(message.open)
-            return await self._run(self.loaded.drafter.open, request)
+            return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request))
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
 
@@ -101,18 +108,33 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
         )
 
-    async def _block(self, session: DraftSession, num_tokens: int, context: grpc.aio.ServicerContext) -> draft_pb2.ProposeResponse:
+    def _draft_ahead(self, session: OverlappedDraftSession) -> asyncio.Future | None:
+        if not self.overlap:
+            return None
+        # NOTE: a plain executor future, not a task: draft_ahead never raises (errors wait for the next
+        # propose), so a stream that ends first leaves nothing unretrieved behind.
+        return asyncio.get_running_loop().run_in_executor(self.executor, session.draft_ahead)
+
+    async def _block(self, session: OverlappedDraftSession, num_tokens: int, ahead: asyncio.Future | None,
+                     context: grpc.aio.ServicerContext) -> draft_pb2.ProposeResponse:
         with tracer.start_as_current_span("draft.propose", attributes={"specdec.k": num_tokens}) as span:
             try:
+                if ahead is not None:
+                    await ahead  # one forward pass per session at a time: the pre-draft stops or finishes first
                 block = await self._run(session.propose, num_tokens)
             except Exception as error:  # noqa: BLE001
                 await abort_for(context, error)
-            span.set_attributes({"specdec.drafted": len(block), "specdec.draft_ms": block.compute_ms})
+            report = session.report
+            span.set_attributes({"specdec.drafted": len(block), "specdec.draft_ms": block.compute_ms,
+                                 "specdec.predrafted": report.predrafted > 0})
+        if report.outcome is not None:
+            self.metrics.predrafted_blocks.labels(report.outcome).inc()
+            self.metrics.predraft_saved.inc(report.saved_ms / 1000)
         self.metrics.round_duration.labels("draft").observe(block.compute_ms / 1000)
         self.metrics.num_draft_tokens.inc(len(block))
         return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
 
-    async def _apply_feedback(self, session: DraftSession, message: draft_pb2.ProposeRequest, vocab_size: int,
+    async def _apply_feedback(self, session: OverlappedDraftSession, message: draft_pb2.ProposeRequest, vocab_size: int,
                               context: grpc.aio.ServicerContext) -> int:
         if message.WhichOneof("message") != "feedback":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "after `open`, every Propose message must be `feedback`")
@@ -121,7 +143,8 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if bad is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.appended_ids: token id {bad} is outside the vocabulary [0, {vocab_size})")
         try:
-            # Inline: feedback is bookkeeping only (the cache is trimmed lazily by the next propose).
+            # Inline: feedback is bookkeeping only (the cache is trimmed lazily by the next propose);
+            # with overlap it also tells a pre-draft in flight whether its guess held.
             session.feedback(feedback.num_accepted, list(feedback.appended_ids))
         except ValueError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.num_accepted: {error}")

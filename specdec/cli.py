@@ -24,6 +24,7 @@ _FLAG_FOR_FIELD = {
     "draft_service.max_sessions": "--max-sessions",
     "verify_service.max_sessions": "--max-sessions",
     "draft_service.cpu_threads": "--cpu-threads",
+    "draft_service.overlap": "--overlap",
     "verify_service.cpu_threads": "--cpu-threads",
     "verify_service.draft_round_timeout_ms": "--draft-round-timeout-ms",
     "serving.port": "--port",
@@ -164,6 +165,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     draft.add_argument("--layer-skip-layers", type=int)
     draft.add_argument("--draft-quantization", choices=["int8"])
     draft.add_argument("--draft-device", help="auto, cpu, cuda:N")
+    draft.add_argument("--overlap", action=argparse.BooleanOptionalAction, help="draft each next block while the target verifies this one")
     verify = serve.add_parser("verify", help="the target-verify service (gRPC, default port 50052)")
     verify.add_argument("--target", help="target model: HF directory, .gguf file, bundled name or hub id")
     verify.add_argument("--device", help="auto, cpu, cuda:N")

@@ -125,6 +125,7 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
         overrides["model"].update(draft_path=args.draft, target_path=args.target, draft_method=args.draft_method,
                                   layer_skip_layers=args.layer_skip_layers, draft_quantization=args.draft_quantization,
                                   draft_device=args.draft_device)
+        overrides[section]["overlap"] = args.overlap
     else:
         overrides["model"].update(target_path=args.target, device=args.device)
         overrides[section].update(draft_endpoint="" if args.no_draft else args.draft_endpoint,

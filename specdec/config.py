@@ -94,6 +94,7 @@ class DraftServiceSection(_Section):
     max_sessions: int = Field(256, ge=1)
     grace_seconds: float = Field(5.0, ge=0, description="time open streams get on shutdown")
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
+    overlap: bool = Field(True, description="draft each next block while the target verifies this one, guessing all is accepted")
 
 
 class VerifyServiceSection(_Section):

@@ -51,6 +51,12 @@ class ServiceMetrics:
         self.model_memory.labels("cpu", "rss").set_function(_rss_bytes)
         self.device_memory_total.labels("cpu").set_function(_host_memory_bytes)
 
+        # Draft service, overlapped drafting: blocks drafted while the target verified the previous one.
+        self.predrafted_blocks = Counter("specdec_draft_predrafted_blocks", "Blocks drafted ahead, by outcome: used (the guess held) or discarded",
+                                         ["outcome"], registry=registry)
+        self.predraft_saved = Counter("specdec_draft_predraft_saved_seconds", "Draft compute taken off the critical path by drafting ahead",
+                                      registry=registry)
+
     def track_cuda(self, device: torch.device) -> None:
         """Export allocated / reserved / total memory of a CUDA device (read at scrape time)."""
         if device.type != "cuda":

@@ -59,6 +59,17 @@ def keyed_gumbel(
     return -torch.log(-torch.log(keyed_uniform(seed, positions, vocab_size)))
 
 
+def keyed_gumbel_at(
+    seed: int,
+    position: int,
+    token_ids: torch.Tensor,  # [n] int64 token ids
+) -> torch.Tensor:  # [n] float64: keyed_gumbel(seed, [position], vocab)[0, token_ids]
+    """The keyed noise at a few token ids only (a sparse draft distribution's support)."""
+    token_keys = _mix32(_mix32(token_ids.long() ^ 0x5BD1E995) ^ 0x68E31DA4)
+    bits = _mix32(_position_keys(seed, torch.tensor([position], device=token_ids.device))[0] ^ token_keys)
+    return -torch.log(-torch.log((bits.double() + 0.5) / _TWO_POW_32))
+
+
 def gumbel_argmax(
     probs: torch.Tensor,  # [n, vocab]
     gumbel: torch.Tensor,  # [n, vocab]

@@ -50,6 +50,9 @@ def _empty_sparse() -> SparseDistribution:
 
 
 class DraftSession(Protocol):
+    # The sequence this session mirrors; overlap.py snapshots and restores it around a guess.
+    committed: CommittedSequence
+
     def propose(self, num_tokens: int) -> DraftBlock:
         """Up to `num_tokens` candidates following the committed sequence (may be fewer)."""
 
@@ -81,8 +84,19 @@ class CommittedSequence:
         self.last_block = block.candidate_ids.tolist()
 
     def apply_feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
-        if not 0 <= num_accepted <= len(self.last_block):
-            raise ValueError(f"num_accepted={num_accepted} but {len(self.last_block)} candidates were proposed")
+        check_num_accepted(num_accepted, len(self.last_block))
         self.token_ids.extend(self.last_block[:num_accepted])
         self.token_ids.extend(appended_ids)
         self.last_block = []
+
+    def snapshot(self) -> CommittedSequence:
+        return CommittedSequence(list(self.token_ids), list(self.last_block))
+
+    def restore(self, snapshot: CommittedSequence) -> None:
+        self.token_ids = list(snapshot.token_ids)
+        self.last_block = list(snapshot.last_block)
+
+
+def check_num_accepted(num_accepted: int, num_proposed: int) -> None:
+    if not 0 <= num_accepted <= num_proposed:
+        raise ValueError(f"num_accepted={num_accepted} but {num_proposed} candidates were proposed")

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.enums import AcceptanceMode
 from specdec.kv_cache import CachedSequence
-from specdec.noise import gumbel_argmax, keyed_gumbel
+from specdec.noise import gumbel_argmax, keyed_gumbel, keyed_gumbel_at
 from specdec.sampling import SparseDistribution, processed_probs, sparse_top_k
 
 # Draft randomness must be independent of the verifier's: derive its seed from the request's.
@@ -37,7 +37,7 @@ class ModelDraftSession:
         self.lm = lm
         self.request = request
         self.committed = CommittedSequence(list(request.prompt_ids))
-        self.generator = torch.Generator().manual_seed((request.seed ^ _DRAFT_SEED_SALT) & 0xFFFFFFFFFFFFFFFF)
+        self.draft_seed = (request.seed ^ _DRAFT_SEED_SALT) & 0xFFFFFFFFFFFFFFFF
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
@@ -70,7 +70,12 @@ class ModelDraftSession:
             return int(gumbel_argmax(draft_probs.unsqueeze(0), gumbel)[0]), None
         sparse = sparse_top_k(draft_probs, request.draft_top_k)
         sparse = SparseDistribution(sparse.token_ids.cpu(), sparse.probs.double().cpu())
-        choice = int(torch.multinomial(sparse.probs, 1, generator=self.generator))
+        # NOTE: Gumbel-max with noise keyed by (draft seed, position) is an exact sample of q, and the
+        # same sample whenever this position is drafted from this prefix, however often the session
+        # drafted before: a block drafted ahead (overlap.py) is the block a later propose would draw.
+        # Still lossless: the verifier judges the candidate at a position at most once (that position
+        # is then committed), and noise only ever used for unjudged candidates is fresh to it.
+        choice = int((sparse.probs.log() + keyed_gumbel_at(self.draft_seed, position, sparse.token_ids)).argmax())
         return int(sparse.token_ids[choice]), sparse
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:

@@ -37,6 +37,8 @@ COUNTERS = {
     "specdec_generated_tokens_total",
     "specdec_target_forwards_total",
     "specdec_requests_total",
+    "specdec_draft_predrafted_blocks_total",
+    "specdec_draft_predraft_saved_seconds_total",
 }
 HISTOGRAMS = {
     "specdec_time_to_first_token_seconds",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from scipy import stats
 
-from specdec.noise import gumbel_argmax, keyed_gumbel, keyed_uniform
+from specdec.noise import gumbel_argmax, keyed_gumbel, keyed_gumbel_at, keyed_uniform
 
 
 def test_same_key_same_noise_and_no_hidden_state():
@@ -49,3 +49,9 @@ def test_gumbel_argmax_never_picks_zero_probability_tokens():
     probs = torch.tensor([[0.0, 0.5, 0.0, 0.5]] * 500)
     choices = gumbel_argmax(probs, keyed_gumbel(0, torch.arange(500), 4))
     assert set(choices.tolist()) == {1, 3}
+
+
+def test_noise_at_a_few_token_ids_is_the_full_rows_noise_there():
+    token_ids = torch.tensor([0, 5, 299, 77, 123])
+    for seed, position in ((0, 0), (7, 13), (2**63 + 5, 4000)):
+        assert torch.equal(keyed_gumbel_at(seed, position, token_ids), keyed_gumbel(seed, torch.tensor([position]), 300)[0, token_ids])

@@ -68,3 +68,23 @@ def test_feedback_rolls_back_and_extends_the_draft_cache(tiny_target, tiny_draft
         session.feedback(4, [1])
     session.close()
     assert session.lm.cached_ids == []
+
+
+def test_rejection_candidates_are_samples_of_their_q_and_a_pure_function_of_seed_and_state(tiny_target, tiny_draft):
+    from scipy import stats
+
+    drafter = ModelDrafter(tiny_draft.model)
+    sampling = SamplingParams(temperature=1.0)
+    first = drafter.open(_request(tiny_target, AcceptanceMode.REJECTION, sampling, seed=3)).propose(3)
+    again = drafter.open(_request(tiny_target, AcceptanceMode.REJECTION, sampling, seed=3))
+    again.propose(5)  # drafting before, at the same positions, must not change the next draw
+    assert torch.equal(again.propose(3).candidate_ids, first.candidate_ids)
+    trials, counts = 400, {}
+    for seed in range(trials):
+        block = drafter.open(_request(tiny_target, AcceptanceMode.REJECTION, sampling, seed=seed)).propose(1)
+        counts[int(block.candidate_ids[0])] = counts.get(int(block.candidate_ids[0]), 0) + 1
+    ids, probs = block.draft_probs  # the same prompt every time: the same q
+    expected = probs[0] / probs[0].sum() * trials
+    observed = [counts.get(int(token), 0) for token in ids[0]]
+    assert sum(observed) == trials  # never outside q's support
+    assert stats.chisquare(observed, expected.tolist()).pvalue > 1e-3
