@@ -39,12 +39,14 @@ class SparseDistribution(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class CandidateBlock(_message.Message):
-    __slots__ = ("token_ids", "draft_probs")
+    __slots__ = ("token_ids", "draft_probs", "parent_indices")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_PROBS_FIELD_NUMBER: _ClassVar[int]
+    PARENT_INDICES_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     draft_probs: _containers.RepeatedCompositeFieldContainer[SparseDistribution]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ...) -> None: ...
+    parent_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., parent_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ServerStatusRequest(_message.Message):
     __slots__ = ()

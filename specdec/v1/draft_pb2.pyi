@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ProposeOpen(_message.Message):
-    __slots__ = ("prompt_ids", "sampling", "seed", "acceptance", "num_draft_tokens", "draft_top_k", "vocab_size", "vocab_fingerprint")
+    __slots__ = ("prompt_ids", "sampling", "seed", "acceptance", "num_draft_tokens", "draft_top_k", "vocab_size", "vocab_fingerprint", "tree_branching", "tree_nodes")
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,8 @@ class ProposeOpen(_message.Message):
     DRAFT_TOP_K_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     VOCAB_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    TREE_BRANCHING_FIELD_NUMBER: _ClassVar[int]
+    TREE_NODES_FIELD_NUMBER: _ClassVar[int]
     prompt_ids: _containers.RepeatedScalarFieldContainer[int]
     sampling: _common_pb2.SamplingParams
     seed: int
@@ -25,17 +27,21 @@ class ProposeOpen(_message.Message):
     draft_top_k: int
     vocab_size: int
     vocab_fingerprint: str
-    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ..., num_draft_tokens: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ...) -> None: ...
+    tree_branching: int
+    tree_nodes: int
+    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ..., num_draft_tokens: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., tree_branching: _Optional[int] = ..., tree_nodes: _Optional[int] = ...) -> None: ...
 
 class ProposeFeedback(_message.Message):
-    __slots__ = ("num_accepted", "appended_ids", "num_draft_tokens")
+    __slots__ = ("num_accepted", "appended_ids", "num_draft_tokens", "accepted_nodes")
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     APPENDED_IDS_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_NODES_FIELD_NUMBER: _ClassVar[int]
     num_accepted: int
     appended_ids: _containers.RepeatedScalarFieldContainer[int]
     num_draft_tokens: int
-    def __init__(self, num_accepted: _Optional[int] = ..., appended_ids: _Optional[_Iterable[int]] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
+    accepted_nodes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, num_accepted: _Optional[int] = ..., appended_ids: _Optional[_Iterable[int]] = ..., num_draft_tokens: _Optional[int] = ..., accepted_nodes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProposeRequest(_message.Message):
     __slots__ = ("open", "feedback")
