@@ -31,6 +31,7 @@ _FLAG_FOR_FIELD = {
     "serving.max_concurrent_requests": "--max-concurrent-requests",
     "serving.max_queue": "--max-queue",
     "speculative.acceptance": "--acceptance",
+    "speculative.adaptive_k": "--adaptive-k",
     "temperature": "--temperature",
     "top_p": "--top-p",
     "top_k": "--top-k",
@@ -111,7 +112,8 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--min-p", type=float, default=0.0)
     gen.add_argument("--seed", type=int)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    gen.add_argument("--num-draft-tokens", type=int, help="K, candidates per round")
+    gen.add_argument("--num-draft-tokens", type=int, help="K, candidates per round (with --adaptive-k, the most)")
+    gen.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs")
     gen.add_argument("--acceptance", choices=["rejection", "coupled"])
     gen.add_argument("--no-speculation", action="store_true", help="target-only decoding (the reference)")
     gen.add_argument("--json", action="store_true", help="print text, token_ids and stats as JSON")
@@ -172,7 +174,8 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     verify.add_argument("--draft-endpoint", help="HOST:PORT or dns:///HOST:PORT (round-robin over replicas)")
     verify.add_argument("--no-draft", action="store_true", help="no draft service: target-only decoding")
     verify.add_argument("--draft-round-timeout-ms", type=float, help="a draft block later than this falls back to the target")
-    verify.add_argument("--num-draft-tokens", type=int, help="default K per round")
+    verify.add_argument("--num-draft-tokens", type=int, help="default K per round (with --adaptive-k, the most)")
+    verify.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs")
     verify.add_argument("--acceptance", choices=["rejection", "coupled"], help="default acceptance mode")
     gateway = serve.add_parser("gateway", help="the OpenAI-compatible HTTP gateway (default port 8000)")
     gateway.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")

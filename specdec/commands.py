@@ -35,7 +35,7 @@ def _config_from_generate_flags(args: argparse.Namespace) -> SpecdecConfig:
             "device": args.device, "draft_device": args.draft_device, "dtype": args.dtype,
         },
         "speculative": {
-            "draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance,
+            "draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance, "adaptive_k": args.adaptive_k,
             "enabled": False if args.no_speculation else None,
         },
     })
@@ -57,6 +57,8 @@ def generate(args: argparse.Namespace) -> int:
         stop=args.stop,
         speculative=config.speculative.enabled,
         num_draft_tokens=config.speculative.draft_tokens,
+        adaptive_k=config.speculative.adaptive_k,
+        min_draft_tokens=config.speculative.min_draft_tokens,
         acceptance=config.speculative.acceptance,
         draft_top_k=config.speculative.draft_top_k,
         **({"seed": args.seed} if args.seed is not None else {}),
@@ -130,7 +132,7 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
         overrides["model"].update(target_path=args.target, device=args.device)
         overrides[section].update(draft_endpoint="" if args.no_draft else args.draft_endpoint,
                                   draft_round_timeout_ms=args.draft_round_timeout_ms)
-        overrides["speculative"] = {"draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance}
+        overrides["speculative"] = {"draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance, "adaptive_k": args.adaptive_k}
     return overrides
 
 

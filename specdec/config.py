@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from specdec.enums import AcceptanceMode
@@ -44,10 +44,19 @@ class ModelSection(_Section):
 class SpeculativeSection(_Section):
     enabled: bool = True
     draft_tokens: int = Field(5, ge=1, le=64)
+    # Choose K per round within [min_draft_tokens, draft_tokens] from measured acceptance and costs.
+    adaptive_k: bool = False
+    min_draft_tokens: int = Field(0, ge=0, le=64, description="least adaptive K; 0 lets a session stop drafting")
     verification: Verification = Verification.SEQUENTIAL
     acceptance_sampling: bool = True
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
+
+    @model_validator(mode="after")
+    def _min_draft_tokens_within_draft_tokens(self) -> SpeculativeSection:
+        if self.min_draft_tokens > self.draft_tokens:
+            raise ValueError(f"min_draft_tokens ({self.min_draft_tokens}) is larger than draft_tokens ({self.draft_tokens})")
+        return self
 
     @field_validator("acceptance_sampling")
     @classmethod

@@ -90,12 +90,15 @@ class SpeculativeGenerator:
         started = time.perf_counter()
         budget = target.draft_budget()
         block = draft.propose(budget)
+        drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
         draft.feedback(verdict.num_accepted, [verdict.next_token_id])
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)
-        chunk.round = info = replace(chunk.round, transport_ms=max(0.0, propose_ms - block.compute_ms), fallback=stats.fallback)
+        chunk.round = info = replace(chunk.round, transport_ms=max(0.0, propose_ms - block.compute_ms), fallback=stats.fallback,
+                                     chosen_k=budget if drafting else None)
+        target.learn_from_round(info)
         span.set_attributes({"specdec.round": index, "specdec.k": budget, "specdec.drafted": info.num_candidates,
                              "specdec.accepted": info.num_accepted, "specdec.draft_ms": info.draft_ms, "specdec.target_ms": info.target_ms,
                              "specdec.transport_ms": info.transport_ms, "specdec.fallback": info.fallback})

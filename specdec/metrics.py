@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _ROUND_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_DRAFT_LENGTH_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
 
 
 class ServiceMetrics:
@@ -56,6 +57,9 @@ class ServiceMetrics:
                                          ["outcome"], registry=registry)
         self.predraft_saved = Counter("specdec_draft_predraft_saved_seconds", "Draft compute taken off the critical path by drafting ahead",
                                       registry=registry)
+        # Verify service: the K each round asked the drafter for (fixed, or chosen by adaptive K).
+        self.chosen_k = Histogram("specdec_spec_decode_chosen_k", "Draft tokens asked for per round (K; adaptive K chooses it)",
+                                  registry=registry, buckets=_DRAFT_LENGTH_BUCKETS)
 
     def track_cuda(self, device: torch.device) -> None:
         """Export allocated / reserved / total memory of a CUDA device (read at scrape time)."""

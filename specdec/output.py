@@ -28,6 +28,7 @@ class RoundInfo:
     target_ms: float = 0.0  # target forward pass + acceptance
     transport_ms: float = 0.0  # propose wall time minus draft compute (network, queues)
     fallback: bool = False
+    chosen_k: int | None = None  # candidates the loop asked the drafter for; None when no drafter was open
 
 
 @dataclass

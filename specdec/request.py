@@ -22,7 +22,9 @@ class GenerationRequest(BaseModel):
     seed: int = Field(default_factory=lambda: secrets.randbits(63), ge=0, lt=2**64)
     stop: list[str] = Field(default_factory=list)
     speculative: bool = True
-    num_draft_tokens: int = Field(5, ge=1, le=64)
+    num_draft_tokens: int = Field(5, ge=1, le=64)  # K; with adaptive_k, the most K may grow to
+    adaptive_k: bool = False  # choose K per round from measured acceptance and costs (specdec.adaptive_k)
+    min_draft_tokens: int = Field(0, ge=0, le=64)  # the least adaptive K may shrink to; 0 lets it stop drafting
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
     ignore_eos: bool = False

@@ -12,6 +12,7 @@ import time
 import torch
 
 from specdec.acceptance import RoundVerdict, coupled_accept, greedy_accept, rejection_accept
+from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
 from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
@@ -34,14 +35,24 @@ class TargetSession:
         self.output = OutputTracker(target, request)
         # One generator per request, on the CPU so a seed means the same tokens on any device.
         self.generator = torch.Generator().manual_seed(request.seed)
+        self.draft_length = draft_length_controller(request)
 
     @property
     def finished(self) -> bool:
         return self.output.finish_reason is not None
 
     def draft_budget(self) -> int:
-        """Most candidates the next block may hold: each round also emits one target token."""
-        return max(0, min(self.request.num_draft_tokens, self.output.remaining - 1))
+        """Most candidates the next block may hold: each round also emits one target token.
+
+        With adaptive K this is the controller's choice for the round (num_draft_tokens bounds it).
+        """
+        wanted = self.draft_length.next_k() if self.draft_length is not None else self.request.num_draft_tokens
+        return max(0, min(wanted, self.output.remaining - 1))
+
+    def learn_from_round(self, info: RoundInfo) -> None:
+        """Feed adaptive K what a finished round measured (nothing to do with a fixed K)."""
+        if self.draft_length is not None:
+            self.draft_length.observe(info.num_candidates, info.num_accepted, info.draft_ms, info.target_ms, info.transport_ms)
 
     def step(self, block: DraftBlock) -> tuple[RoundVerdict, GenerationChunk]:
         started = time.perf_counter()
@@ -70,6 +81,14 @@ class TargetSession:
 
     def close(self) -> None:
         self.lm.release()
+
+
+def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:
+    """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens."""
+    if not (request.adaptive_k and request.speculative):
+        return None
+    max_k = request.num_draft_tokens
+    return DraftLengthController(AdaptiveKSettings(min_k=min(request.min_draft_tokens, max_k), max_k=max_k))
 
 
 def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:

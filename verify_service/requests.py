@@ -46,6 +46,8 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         "ignore_eos": options.ignore_eos,
         "acceptance": acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
         "num_draft_tokens": config.speculative.draft_tokens,
+        "adaptive_k": config.speculative.adaptive_k,
+        "min_draft_tokens": config.speculative.min_draft_tokens,
         "draft_top_k": config.speculative.draft_top_k,
         "speculative": config.speculative.enabled,
         **({"seed": options.seed} if options.HasField("seed") else {}),

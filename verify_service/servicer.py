@@ -75,6 +75,8 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     def _record_round(self, chunk: GenerationChunk, timing: _EmitTiming) -> None:
         info = chunk.round
         self.metrics.record_round(info.num_candidates, info.num_accepted)
+        if info.chosen_k is not None:
+            self.metrics.chosen_k.observe(info.chosen_k)
         for phase, milliseconds in (("draft", info.draft_ms), ("target", info.target_ms), ("transport", info.transport_ms)):
             if phase == "target" or info.num_candidates:
                 self.metrics.round_duration.labels(phase).observe(milliseconds / 1000)
@@ -120,7 +122,9 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "send `open` before any candidate block")
         try:
-            generation = generation_request(message.open.options, target, self.config, num_draft_tokens=VERIFY_MAX_CANDIDATES, speculative=True)
+            # The client drafts, so it picks K: the budget stays the fixed cap, never adaptive.
+            generation = generation_request(message.open.options, target, self.config, num_draft_tokens=VERIFY_MAX_CANDIDATES, speculative=True,
+                                            adaptive_k=False)
             return await self._run(TargetSession, target, generation)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)

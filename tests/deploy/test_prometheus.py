@@ -46,6 +46,7 @@ HISTOGRAMS = {
     "specdec_e2e_request_latency_seconds",
     "specdec_request_queue_time_seconds",
     "specdec_round_duration_seconds",
+    "specdec_spec_decode_chosen_k",
 }
 GAUGES = {
     "specdec_requests_running",

@@ -64,6 +64,7 @@ def runs(tiny_pair_paths, work_dir) -> dict[str, Run]:
         "layer_skip_json": (*with_target, "--draft-method", "layer_skip", "--json"),
         "ngram_json": (*with_target, "--draft-method", "ngram", "--json"),
         "no_speculation_json": (*with_target, "--draft", draft, "--no-speculation", "--json"),
+        "adaptive_coupled_json": (*with_target, "--draft", draft, "--adaptive-k", "--acceptance", "coupled", "--json"),
         "negative_temperature": (*with_target, "--draft", draft, "--temperature", "-1"),
         "zero_top_p": (*with_target, "--draft", draft, "--top-p", "0"),
         "big_top_p": (*with_target, "--draft", draft, "--top-p", "1.5"),
@@ -145,6 +146,12 @@ def test_generate_json_with_ngram_needs_no_draft(runs):
 def test_no_speculation_runs_no_rounds(runs):
     stats = _json_result(runs["no_speculation_json"])["stats"]
     assert stats["rounds"] == 0 and stats["draft_tokens"] == 0
+
+
+def test_generate_with_adaptive_k_is_token_identical_to_target_only_in_coupled_mode(runs):
+    adaptive = _json_result(runs["adaptive_coupled_json"])
+    assert adaptive["stats"]["draft_tokens"] > 0
+    assert adaptive["token_ids"] == _json_result(runs["no_speculation_json"])["token_ids"]
 
 
 def test_human_output_is_text_then_stats_on_stderr(runs):

@@ -137,3 +137,12 @@ def test_every_setting_is_in_the_readme_reference_table():
     missing = [f"{section}.{name}" for section, field in SpecdecConfig.model_fields.items()
                for name in field.annotation.model_fields if f"`{section}.{name}`" not in table]
     assert not missing, f"document these settings in the README: {missing}"
+
+
+def test_adaptive_k_settings_load_and_min_stays_within_draft_tokens(tmp_path):
+    config = load_config(_write(tmp_path, "speculative: {adaptive_k: true, draft_tokens: 6, min_draft_tokens: 1}\n"))
+    assert (config.speculative.adaptive_k, config.speculative.min_draft_tokens, config.speculative.draft_tokens) == (True, 1, 6)
+    defaults = load_config()
+    assert (defaults.speculative.adaptive_k, defaults.speculative.min_draft_tokens) == (False, 0)
+    with pytest.raises(SpecdecError, match=r"min_draft_tokens \(6\) is larger than draft_tokens \(5\)"):
+        load_config(_write(tmp_path, "speculative: {adaptive_k: true, min_draft_tokens: 6}\n"))
