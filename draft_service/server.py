@@ -7,9 +7,11 @@ import logging
 import time
 
 from draft_service.servicer import DraftServicer, LoadedDrafter
+from specdec.batching.service import service_batching
 from specdec.config import SpecdecConfig
 from specdec.engine import load_draft_side
 from specdec.memory_plan import ensure_fits
+from specdec.metrics import ServiceMetrics
 from specdec.models import describe_memory
 from specdec.rpc.server import create_server as create_grpc_server
 from specdec.rpc.server import run_until_signalled, set_serving
@@ -26,7 +28,9 @@ class DraftServer:
         settings = config.draft_service
         self.config = config
         self.service_names = SERVICE_NAMES
-        self.servicer = DraftServicer(settings.max_sessions, overlap=settings.overlap)
+        metrics = ServiceMetrics("draft")
+        self.servicer = DraftServicer(settings.max_sessions, metrics, overlap=settings.overlap,
+                                      batching=service_batching(config, "draft", metrics.registry))
         self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
         draft_pb2_grpc.add_DraftServiceServicer_to_server(self.servicer, self.server)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import grpc
 from opentelemetry import trace
 
+from specdec.batching import BatchingOptions
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.enums import AcceptanceMode
@@ -19,12 +20,14 @@ from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
 from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
+from specdec.tree import TreeShape
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("specdec.draft")
 DEFAULT_DRAFT_TOP_K = 32
 MAX_DRAFT_TOKENS = 64  # per block; more only ties up a worker (the verify side never asks for it)
+MAX_TREE_NODES = 256  # per tree block, as GenerationRequest.tree_nodes allows
 
 
 @dataclass
@@ -39,8 +42,10 @@ class LoadedDrafter:
 
 
 class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
-    def __init__(self, max_sessions: int, metrics: ServiceMetrics | None = None, overlap: bool = True) -> None:
+    def __init__(self, max_sessions: int, metrics: ServiceMetrics | None = None, overlap: bool = True,
+                 batching: BatchingOptions | None = None) -> None:
         self.loaded: LoadedDrafter | None = None  # set once the model is loaded
+        self.batching = batching  # how sessions share passes; None: one at a time
         self.overlap = overlap  # draft each next block while the verifier checks this one (drafters/overlap.py)
         self.metrics = metrics or ServiceMetrics("draft")
         self.sessions = SessionLimit(max_sessions, self.metrics)
@@ -51,6 +56,8 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         self._status = loaded.status()
         if loaded.model is not None:
             self.metrics.track_cuda(loaded.model.device)
+        if self.batching is not None:
+            loaded = LoadedDrafter(loaded.drafter.batched(self.batching), loaded.model)
         self.loaded = loaded
 
     async def _run(self, function, *args):
@@ -106,6 +113,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             seed=opening.seed,
             vocab_size=opening.vocab_size,
             draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
+            tree=_tree_shape(opening),
         )
 
     def _draft_ahead(self, session: OverlappedDraftSession) -> asyncio.Future | None:
@@ -145,7 +153,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         try:
             # Inline: feedback is bookkeeping only (the cache is trimmed lazily by the next propose);
             # with overlap it also tells a pre-draft in flight whether its guess held.
-            session.feedback(feedback.num_accepted, list(feedback.appended_ids))
+            session.feedback(feedback.num_accepted, list(feedback.appended_ids), list(feedback.accepted_nodes) or None)
         except ValueError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.num_accepted: {error}")
         return await _checked_draft_tokens(feedback.num_draft_tokens, "feedback.num_draft_tokens", context)
@@ -161,6 +169,17 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             max_context=loaded.model.max_context if loaded and loaded.model else 0,
             **self._status,
         )
+
+
+def _tree_shape(opening: draft_pb2.ProposeOpen) -> TreeShape | None:
+    """The tree the verifier allows, checked; None for chains (tree_branching and tree_nodes both 0)."""
+    if not opening.tree_branching and not opening.tree_nodes:
+        return None
+    if not opening.tree_branching or not opening.tree_nodes or opening.tree_nodes > MAX_TREE_NODES:
+        raise InvalidRequestError("open.tree_nodes", f"a tree needs tree_branching >= 1 and 1 <= tree_nodes <= {MAX_TREE_NODES}")
+    if acceptance_from_proto(opening.acceptance, "open.acceptance") in (None, AcceptanceMode.REJECTION):
+        raise InvalidRequestError("open.acceptance", "token trees are drafted for greedy and coupled acceptance only")
+    return TreeShape(opening.tree_branching, opening.tree_nodes)
 
 
 async def _checked_draft_tokens(num_tokens: int, field: str, context: grpc.aio.ServicerContext) -> int:

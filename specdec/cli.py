@@ -32,6 +32,9 @@ _FLAG_FOR_FIELD = {
     "serving.max_queue": "--max-queue",
     "speculative.acceptance": "--acceptance",
     "speculative.adaptive_k": "--adaptive-k",
+    "speculative.verification": "--verification",
+    "speculative.tree_branching": "--tree-branching",
+    "speculative.tree_nodes": "--tree-nodes",
     "temperature": "--temperature",
     "top_p": "--top-p",
     "top_k": "--top-k",
@@ -115,6 +118,9 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--num-draft-tokens", type=int, help="K, candidates per round (with --adaptive-k, the most)")
     gen.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs")
     gen.add_argument("--acceptance", choices=["rejection", "coupled"])
+    gen.add_argument("--verification", choices=["sequential", "tree"], help="tree: verify a token tree per round (needs --acceptance coupled or temperature 0)")
+    gen.add_argument("--tree-branching", type=int, help="tree: children per node")
+    gen.add_argument("--tree-nodes", type=int, help="tree: most draft tokens per round")
     gen.add_argument("--no-speculation", action="store_true", help="target-only decoding (the reference)")
     gen.add_argument("--json", action="store_true", help="print text, token_ids and stats as JSON")
 

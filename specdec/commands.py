@@ -36,7 +36,8 @@ def _config_from_generate_flags(args: argparse.Namespace) -> SpecdecConfig:
         },
         "speculative": {
             "draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance, "adaptive_k": args.adaptive_k,
-            "enabled": False if args.no_speculation else None,
+            "enabled": False if args.no_speculation else None, "verification": args.verification,
+            "tree_branching": args.tree_branching, "tree_nodes": args.tree_nodes,
         },
     })
 
@@ -61,6 +62,7 @@ def generate(args: argparse.Namespace) -> int:
         min_draft_tokens=config.speculative.min_draft_tokens,
         acceptance=config.speculative.acceptance,
         draft_top_k=config.speculative.draft_top_k,
+        **config.speculative.tree_request_fields(),
         **({"seed": args.seed} if args.seed is not None else {}),
     )
     from specdec.engine import build_generator

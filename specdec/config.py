@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from specdec.enums import AcceptanceMode
 from specdec.errors import SpecdecError
+from specdec.tree import TreeShape
 
 
 class DraftMethod(str, Enum):
@@ -48,6 +49,10 @@ class SpeculativeSection(_Section):
     adaptive_k: bool = False
     min_draft_tokens: int = Field(0, ge=0, le=64, description="least adaptive K; 0 lets a session stop drafting")
     verification: Verification = Verification.SEQUENTIAL
+    # verification=tree: up to tree_nodes draft tokens per round, tree_branching children per node,
+    # draft_tokens deep (specdec/drafters/tree_draft.py); needs acceptance coupled or greedy.
+    tree_branching: int = Field(2, ge=1, le=16)
+    tree_nodes: int = Field(16, ge=1, le=256)
     acceptance_sampling: bool = True
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
@@ -57,6 +62,32 @@ class SpeculativeSection(_Section):
         if self.min_draft_tokens > self.draft_tokens:
             raise ValueError(f"min_draft_tokens ({self.min_draft_tokens}) is larger than draft_tokens ({self.draft_tokens})")
         return self
+
+    @model_validator(mode="after")
+    def _tree_settings_fit(self) -> SpeculativeSection:
+        if self.verification is not Verification.TREE:
+            return self
+        if "acceptance" not in self.model_fields_set:
+            # NOTE: the seed's config says `verification: tree` and no acceptance: trees default to
+            # coupled (lossless and token-identical per seed); rejection stays for chains.
+            self.acceptance = AcceptanceMode.COUPLED
+        elif self.acceptance is AcceptanceMode.REJECTION:
+            raise ValueError("verification tree needs acceptance coupled or greedy: set speculative.acceptance: coupled "
+                             "(token-identical to target-only per seed); acceptance rejection verifies chains only")
+        if self.tree_nodes < self.draft_tokens:
+            raise ValueError(f"tree_nodes ({self.tree_nodes}) is smaller than draft_tokens ({self.draft_tokens}): "
+                             "the tree holds at least the draft_tokens-long chain")
+        return self
+
+    @property
+    def tree(self) -> TreeShape | None:
+        """The tree a drafter may propose each round; None for chains."""
+        return TreeShape(self.tree_branching, self.tree_nodes) if self.verification is Verification.TREE else None
+
+    def tree_request_fields(self) -> dict[str, int]:
+        """A GenerationRequest's tree fields under this section (none for chains)."""
+        tree = self.tree
+        return {"tree_branching": tree.branching, "tree_nodes": tree.max_nodes} if tree else {}
 
     @field_validator("acceptance_sampling")
     @classmethod
@@ -96,7 +127,17 @@ class ObservabilitySection(_Section):
     log_content: bool = Field(False, description="include prompt and output text in the gateway's audit lines")
 
 
-class DraftServiceSection(_Section):
+class _BatchingSection(_Section):
+    """Continuous batching of a service's sessions and the budget of their KV caches."""
+
+    max_batch_size: int | None = Field(None, ge=1, description="sessions sharing one forward pass; default: serving.max_batch_size")
+    batch_wait_ms: float = Field(2.0, ge=0, le=1000, description="longest wait for more sessions to join a pass")
+    kv_cache_bytes: int | None = Field(None, ge=1, description="KV cache budget in bytes; default: kv_cache_fraction of free memory")
+    kv_cache_fraction: float = Field(0.5, gt=0, le=1, description="share of the memory free after loading that KV caches may use")
+    admission_timeout_s: float = Field(30.0, gt=0, description="longest wait of a new session for KV cache room")
+
+
+class DraftServiceSection(_BatchingSection):
     host: str = "0.0.0.0"
     port: int = Field(50051, ge=0, le=65535)
     metrics_port: int = Field(9101, ge=0, le=65535)
@@ -106,7 +147,7 @@ class DraftServiceSection(_Section):
     overlap: bool = Field(True, description="draft each next block while the target verifies this one, guessing all is accepted")
 
 
-class VerifyServiceSection(_Section):
+class VerifyServiceSection(_BatchingSection):
     host: str = "0.0.0.0"
     port: int = Field(50052, ge=0, le=65535)
     metrics_port: int = Field(9102, ge=0, le=65535)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from specdec.batching.packed_forward import model_parts
 from specdec.config import DraftMethod, ModelSection, SpecdecConfig, Verification
 from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.errors import ModelLoadError, SpecdecError
 from specdec.generation import SpeculativeGenerator
+from specdec.kv_cache import TREE_NEEDS_PACKED
 from specdec.models import LoadedModel, check_vocab_compatible, load_model
 
 log = logging.getLogger(__name__)
@@ -18,16 +20,23 @@ def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
     models = config.model
     if not models.target_path:
         raise SpecdecError("no target model: set model.target_path in the config or pass --target")
-    if config.speculative.verification is Verification.TREE:
-        log.warning("speculative.verification=tree is not implemented yet; verifying a chain of draft tokens")
     draft = None
     if config.speculative.enabled and models.draft_method is DraftMethod.MODEL:
         draft = _load_draft(models)
     target = _load("model.target_path", models.target_path, device=models.device, dtype=models.dtype)
+    check_tree_support(config, target, "model.target_path")
+    if draft is not None:
+        check_tree_support(config, draft, "model.draft_path")
     drafter = None
     if config.speculative.enabled:
         drafter = _DRAFTER_BUILDERS[models.draft_method](target, draft, models)
     return SpeculativeGenerator(target, drafter)
+
+
+def check_tree_support(config: SpecdecConfig, loaded: LoadedModel, setting: str) -> None:
+    """Refuse at start a tree configuration whose model the tree-masked packed pass cannot run."""
+    if config.speculative.verification is Verification.TREE and model_parts(loaded.model) is None:
+        raise SpecdecError(f"{setting}: {loaded.model.config.model_type} models cannot verify or draft token trees: {TREE_NEEDS_PACKED}")
 
 
 def _load_draft(models: ModelSection) -> LoadedModel:
@@ -82,6 +91,7 @@ def load_draft_side(config: SpecdecConfig) -> tuple[Drafter, LoadedModel | None]
         return NgramDrafter(), None
     if models.draft_method is DraftMethod.MODEL:
         draft = _load_draft(models)
+        check_tree_support(config, draft, "model.draft_path")
         return ModelDrafter(draft.model), draft
     if not models.target_path:
         raise SpecdecError("draft_method=layer_skip drafts with the target's first layers: set model.target_path or pass --target")

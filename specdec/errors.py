@@ -25,3 +25,7 @@ class InvalidRequestError(SpecdecError):
 
 class DraftUnavailableError(SpecdecError):
     """The drafter failed or timed out; the verifier falls back to target-only decoding."""
+
+
+class CapacityError(SpecdecError):
+    """No room for the session now (KV cache budget, session slots): retry later."""

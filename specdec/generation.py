@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from specdec.batching import SequenceRunner
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.errors import DraftUnavailableError
 from specdec.models import LoadedModel
@@ -36,9 +37,10 @@ class GenerationResult:
 class SpeculativeGenerator:
     """Drafter proposes, target verifies in one forward pass, acceptance keeps it lossless."""
 
-    def __init__(self, target: LoadedModel, drafter: Drafter | None = None) -> None:
+    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, runner: SequenceRunner | None = None) -> None:
         self.target = target
         self.drafter = drafter
+        self.runner = runner  # where target sessions get caches and passes (a service's batched one); None: the model's own
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
         stats = GenerationStats()
@@ -61,7 +63,7 @@ class SpeculativeGenerator:
                                                          "specdec.max_tokens": request.max_tokens,
                                                          "specdec.acceptance": request.effective_acceptance.value})
         parent = trace.set_span_in_context(span)
-        target = TargetSession(self.target, request)
+        target = TargetSession(self.target, request, self.runner)
         draft = _Draft(self._open_draft_under(parent, request, stats), stats, span)
         finished = False
         try:
@@ -93,7 +95,7 @@ class SpeculativeGenerator:
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
-        draft.feedback(verdict.num_accepted, [verdict.next_token_id])
+        draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)
         chunk.round = info = replace(chunk.round, transport_ms=max(0.0, propose_ms - block.compute_ms), fallback=stats.fallback,
@@ -123,6 +125,7 @@ class SpeculativeGenerator:
             seed=request.seed,
             vocab_size=self.target.vocab_size,
             draft_top_k=request.draft_top_k,
+            tree=request.tree,
         )
         try:
             return self.drafter.open(draft_request)
@@ -150,11 +153,13 @@ class _Draft:
             self._fail(error)
             return DraftBlock.empty()
 
-    def feedback(self, num_accepted: int, appended_ids: list[int]) -> None:
+    def feedback(self, num_accepted: int, appended_ids: list[int], accepted_nodes: list[int] | None = None) -> None:
         if self.session is None:
             return
         try:
-            self.session.feedback(num_accepted, appended_ids)
+            # NOTE: accepted_nodes only after a tree block: chain-only sessions keep two-argument feedback.
+            extra = () if accepted_nodes is None else (accepted_nodes,)
+            self.session.feedback(num_accepted, appended_ids, *extra)
         except DraftUnavailableError as error:
             self._fail(error)
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from specdec.batching import SequenceRunner, default_runner
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
 from specdec.drafters import reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
@@ -31,6 +32,14 @@ class LoadedModel:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     source: str
+    # Where sessions get their KV caches and passes; services install a batched one with their budget.
+    runner: SequenceRunner | None = field(default=None, repr=False)
+
+    def open_sequence(self, reserve_tokens: int):  # -> PrefixCache
+        """A KV cache for one session, with room for `reserve_tokens` (may wait for the budget)."""
+        if self.runner is None:
+            self.runner = default_runner(self.model)
+        return self.runner.open_sequence(reserve_tokens)
 
     @property
     def device(self) -> torch.device:

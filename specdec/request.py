@@ -9,6 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specdec.enums import AcceptanceMode
 from specdec.sampling import SamplingParams
+from specdec.tree import TreeShape
+
+TREE_REJECTION_REFUSAL = ("acceptance=rejection cannot verify a token tree (speculative.verification=tree): "
+                          "ask for acceptance coupled (token-identical to target-only per seed) or temperature 0")
 
 
 class GenerationRequest(BaseModel):
@@ -27,6 +31,10 @@ class GenerationRequest(BaseModel):
     min_draft_tokens: int = Field(0, ge=0, le=64)  # the least adaptive K may shrink to; 0 lets it stop drafting
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
+    # verification=tree: the drafter may propose a token tree of up to tree_nodes nodes, tree_branching
+    # children per node, num_draft_tokens deep (specdec.tree); tree_branching 0 = chains only.
+    tree_branching: int = Field(0, ge=0, le=16)
+    tree_nodes: int = Field(0, ge=0, le=256)
     ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=20)
@@ -36,6 +44,16 @@ class GenerationRequest(BaseModel):
         if self.acceptance is AcceptanceMode.GREEDY and not self.sampling.is_greedy:
             raise ValueError("acceptance=greedy would change the output at temperature > 0; use rejection or coupled")
         return self
+
+    @model_validator(mode="after")
+    def _trees_need_greedy_or_coupled(self) -> GenerationRequest:
+        if self.tree is not None and self.speculative and self.effective_acceptance is AcceptanceMode.REJECTION:
+            raise ValueError(TREE_REJECTION_REFUSAL)
+        return self
+
+    @property
+    def tree(self) -> TreeShape | None:
+        return TreeShape(self.tree_branching, self.tree_nodes) if self.tree_branching > 0 and self.tree_nodes > 0 else None
 
     @property
     def effective_acceptance(self) -> AcceptanceMode:

@@ -11,26 +11,31 @@ import time
 
 import torch
 
-from specdec.acceptance import RoundVerdict, coupled_accept, greedy_accept, rejection_accept
+from specdec.acceptance import RoundVerdict, coupled_accept, coupled_tree_accept, greedy_accept, greedy_tree_accept, rejection_accept
 from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
+from specdec.batching import SequenceRunner
 from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
-from specdec.kv_cache import CachedSequence
 from specdec.models import LoadedModel
 from specdec.noise import keyed_gumbel
 from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
-from specdec.request import GenerationRequest
+from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
 from specdec.sampling import processed_probs
+from specdec.tree import node_depths
 
 
 class TargetSession:
-    def __init__(self, target: LoadedModel, request: GenerationRequest) -> None:
+    def __init__(self, target: LoadedModel, request: GenerationRequest, runner: SequenceRunner | None = None) -> None:
         check_request_fits(target, request)
         self.target = target
         self.request = request
         self.mode = request.effective_acceptance
-        self.lm = CachedSequence(target.model)
+        # Reserved up front (waiting for room if the budget is full): an admitted generation never
+        # runs out of cache midway. `runner` is a service's batched one; None: the model's own.
+        # A tree round briefly holds all its nodes past the committed tokens: room for one tree more.
+        reserve = len(request.prompt_ids) + request.max_tokens + (request.tree.max_nodes if request.tree else 0)
+        self.lm = target.open_sequence(reserve) if runner is None else runner.open_sequence(reserve)
         self.committed = list(request.prompt_ids)
         self.output = OutputTracker(target, request)
         # One generator per request, on the CPU so a seed means the same tokens on any device.
@@ -57,8 +62,11 @@ class TargetSession:
     def step(self, block: DraftBlock) -> tuple[RoundVerdict, GenerationChunk]:
         started = time.perf_counter()
         num_candidates = len(block)
-        logits = self.lm.advance(self.committed + block.candidate_ids.tolist(), num_candidates + 1)  # [k + 1, vocab]
-        verdict = self._accept(block, logits)
+        if block.tree_parents is None:
+            logits = self.lm.advance(self.committed + block.candidate_ids.tolist(), num_candidates + 1)  # [k + 1, vocab]
+            verdict = self._accept(block, logits)
+        else:
+            verdict, logits = self._verify_tree(block)
         self.committed.extend(verdict.token_ids)
         chunk = self.output.push(verdict.token_ids)
         if self.request.logprobs:
@@ -66,6 +74,28 @@ class TargetSession:
         target_ms = (time.perf_counter() - started) * 1000
         chunk.round = RoundInfo(num_candidates, verdict.num_accepted, draft_ms=block.compute_ms, target_ms=target_ms)
         return verdict, chunk
+
+    def _verify_tree(self, block: DraftBlock) -> tuple[RoundVerdict, torch.Tensor]:
+        """Score every node in one tree-masked pass, walk the tree, keep only the accepted path cached.
+
+        Returns the verdict and the logits before each emitted token `[accepted + 1, vocab]`.
+        """
+        parents = block.tree_parents
+        logits = self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents)  # [n + 1, vocab]
+        target_probs = processed_probs(logits, self.request.sampling)  # [n + 1, vocab]
+        node_ids = block.candidate_ids.to(logits.device)
+        if self.mode is AcceptanceMode.GREEDY:
+            verdict = greedy_tree_accept(node_ids, parents, target_probs)
+        elif self.mode is AcceptanceMode.COUPLED:
+            start = len(self.committed)
+            # NOTE: row 0 emits at position `start`, node i's row at start + depth(i): each node's noise
+            # is the noise of the position its child would take in target-only decoding.
+            positions = torch.tensor([start] + [start + depth for depth in node_depths(parents)], device=logits.device)
+            verdict = coupled_tree_accept(node_ids, parents, target_probs, keyed_gumbel(self.request.seed, positions, target_probs.shape[-1]))
+        else:
+            raise InvalidRequestError("acceptance", TREE_REJECTION_REFUSAL)
+        self.lm.keep_path(verdict.accepted_nodes)
+        return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
 
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
         target_probs = processed_probs(logits, self.request.sampling)  # [k + 1, vocab]
@@ -84,8 +114,11 @@ class TargetSession:
 
 
 def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:
-    """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens."""
-    if not (request.adaptive_k and request.speculative):
+    """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens.
+
+    Chains only: its model counts a round's candidates as one path, which a token tree is not.
+    """
+    if not (request.adaptive_k and request.speculative) or request.tree is not None:
         return None
     max_k = request.num_draft_tokens
     return DraftLengthController(AdaptiveKSettings(min_k=min(request.min_draft_tokens, max_k), max_k=max_k))

@@ -87,10 +87,12 @@ class RemoteDraftSession:
                 prompt_ids=request.prompt_ids, sampling=sampling_to_proto(request.sampling), seed=request.seed,
                 acceptance=acceptance_to_proto(request.acceptance), num_draft_tokens=num_tokens,
                 draft_top_k=request.draft_top_k, vocab_size=request.vocab_size, vocab_fingerprint=self.drafter.vocab_fingerprint,
+                tree_branching=request.tree.branching if request.tree else 0, tree_nodes=request.tree.max_nodes if request.tree else 0,
             ))
-        num_accepted, appended = self.pending_feedback or (0, [])
+        num_accepted, appended, accepted_nodes = self.pending_feedback or (0, [], [])
         self.pending_feedback = None
-        return draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(num_accepted=num_accepted, appended_ids=appended, num_draft_tokens=num_tokens))
+        return draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(num_accepted=num_accepted, appended_ids=appended, num_draft_tokens=num_tokens,
+                                                                           accepted_nodes=accepted_nodes))
 
     async def _exchange(self, message: draft_pb2.ProposeRequest) -> draft_pb2.ProposeResponse:
         if self.call is None:
@@ -105,20 +107,25 @@ class RemoteDraftSession:
         needs_q = self.request.acceptance is AcceptanceMode.REJECTION
         try:
             block = block_from_proto(response.block, self.request.vocab_size, needs_q, field="draft.block")
-            if len(block) > num_tokens:  # past the budget: beyond max_tokens or the context, and a costlier pass
-                raise InvalidRequestError("draft.block.token_ids", f"{len(block)} candidates, but {num_tokens} were asked for")
+            if block.depth > num_tokens:  # past the budget: beyond max_tokens or the context, and a costlier pass
+                raise InvalidRequestError("draft.block.token_ids", f"{block.depth} candidates deep, but {num_tokens} were asked for")
+            tree = self.request.tree
+            if block.tree_parents is not None and (tree is None or len(block) > tree.max_nodes):
+                raise InvalidRequestError("draft.block.parent_indices", f"a tree of {len(block)} nodes, but the session allows "
+                                                                        f"{tree.max_nodes if tree else 0}")
         except InvalidRequestError as error:
             # A drafter that sends an invalid block is treated like one that failed: never trusted.
             raise DraftUnavailableError(f"the draft service sent an invalid block: {error}") from error
-        return DraftBlock(block.candidate_ids, block.draft_probs, compute_ms=response.draft_ms)
+        return DraftBlock(block.candidate_ids, block.draft_probs, compute_ms=response.draft_ms, tree_parents=block.tree_parents)
 
-    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
-        self.committed.apply_feedback(num_accepted, appended_ids)
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
+        was_tree = self.committed.last_parents is not None
+        path = self.committed.apply_feedback(num_accepted, appended_ids, accepted_nodes)
         if self.last_block_local and self.pending_feedback is not None:  # the draft never saw that empty block
-            pending_accepted, pending_appended = self.pending_feedback
-            self.pending_feedback = (pending_accepted, [*pending_appended, *appended_ids])
+            pending_accepted, pending_appended, pending_nodes = self.pending_feedback
+            self.pending_feedback = (pending_accepted, [*pending_appended, *appended_ids], pending_nodes)
         else:
-            self.pending_feedback = (num_accepted, list(appended_ids))
+            self.pending_feedback = (num_accepted, list(appended_ids), path if was_tree else [])
 
     def close(self) -> None:
         """End the stream: the draft service frees this session's KV cache at once."""

@@ -9,7 +9,7 @@ from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
-from specdec.request import GenerationRequest
+from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
 from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
 from specdec.v1 import verify_pb2
 
@@ -49,12 +49,15 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         "adaptive_k": config.speculative.adaptive_k,
         "min_draft_tokens": config.speculative.min_draft_tokens,
         "draft_top_k": config.speculative.draft_top_k,
+        **config.speculative.tree_request_fields(),
         "speculative": config.speculative.enabled,
         **({"seed": options.seed} if options.HasField("seed") else {}),
         **overrides,
     }
     if fields["sampling"].is_greedy and fields["acceptance"] is not AcceptanceMode.GREEDY:
         fields["acceptance"] = AcceptanceMode.GREEDY
+    if fields.get("tree_branching") and fields["speculative"] and fields["acceptance"] is AcceptanceMode.REJECTION:
+        raise InvalidRequestError("options.acceptance", TREE_REJECTION_REFUSAL)
     try:
         return GenerationRequest(**fields)
     except ValidationError as error:

@@ -9,6 +9,7 @@ import time
 import grpc
 
 from specdec.config import SpecdecConfig
+from specdec.engine import check_tree_support
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits
 from specdec.models import LoadedModel, describe_memory, load_model
@@ -83,6 +84,7 @@ def _load_target(config: SpecdecConfig) -> LoadedModel:
     ensure_fits(config, "target")
     started = time.perf_counter()
     target = load_model(models.target_path, device=models.device, dtype=models.dtype)
+    check_tree_support(config, target, "model.target_path")
     log.info("loaded target %s in %.1fs (%s)", models.target_path, time.perf_counter() - started, describe_memory(target))
     return target
 

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
+from specdec.batching import SequenceRunner, default_runner
+from specdec.batching.service import service_batching
 from specdec.config import SpecdecConfig
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
@@ -33,6 +35,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     def __init__(self, config: SpecdecConfig, metrics: ServiceMetrics | None = None) -> None:
         self.config = config
         self.target: LoadedModel | None = None  # set once the model is loaded
+        self.runner: SequenceRunner | None = None  # the target's sessions, batched: set with the target
         self.drafter: RemoteDrafter | None = None
         self.fingerprint = ""
         self.metrics = metrics or ServiceMetrics("verify")
@@ -43,6 +46,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.fingerprint = vocab_fingerprint(target.tokenizer)
         self.metrics.track_cuda(target.device)
         self.drafter = drafter
+        self.runner = default_runner(target.model, service_batching(self.config, "verify", self.metrics.registry))
         self.target = target
 
     async def _run(self, function, *args):
@@ -62,7 +66,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         async with self.sessions.hold(context):
             drafter = self.drafter.with_deadline(context.time_remaining()) if self.drafter else None
             stats = GenerationStats()
-            chunks = SpeculativeGenerator(target, drafter).stream(generation, stats)
+            chunks = SpeculativeGenerator(target, drafter, self.runner).stream(generation, stats)
             timing = _EmitTiming(self.metrics)
             completion_tokens = 0
             async for chunk in self._drive(chunks, context):
@@ -124,8 +128,8 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         try:
             # The client drafts, so it picks K: the budget stays the fixed cap, never adaptive.
             generation = generation_request(message.open.options, target, self.config, num_draft_tokens=VERIFY_MAX_CANDIDATES, speculative=True,
-                                            adaptive_k=False)
-            return await self._run(TargetSession, target, generation)
+                                            adaptive_k=False, tree_branching=0)  # NOTE: Verify verifies chains only
+            return await self._run(TargetSession, target, generation, self.runner)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)
 
@@ -136,6 +140,8 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the generation has finished ({session.output.finish_reason}); close the stream")
         try:
             block = block_from_proto(message.block, session.target.vocab_size, session.mode is AcceptanceMode.REJECTION)
+            if block.tree_parents is not None:
+                raise InvalidRequestError("block.parent_indices", "the Verify RPC verifies chains only: send no parent_indices")
             if len(block) > session.draft_budget():
                 raise InvalidRequestError("block.token_ids", f"{len(block)} candidates, but this round's budget is {session.draft_budget()} (max_candidates)")
             verdict, chunk = await self._run(session.step, block)

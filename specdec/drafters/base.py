@@ -14,8 +14,10 @@ from typing import Protocol
 
 import torch
 
+from specdec.batching import BatchingOptions
 from specdec.enums import AcceptanceMode
 from specdec.sampling import SamplingParams, SparseDistribution
+from specdec.tree import TreeShape, check_root_path, tree_depth
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class DraftRequest:
     seed: int
     vocab_size: int  # width of the target's logits; draft q is over the same ids
     draft_top_k: int = 32
+    tree: TreeShape | None = None  # verification=tree: the tree a session may propose; None: chains only
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,17 @@ class DraftBlock:
     # [k, n] the sparse q each candidate was sampled from; None where the rule ignores q.
     draft_probs: SparseDistribution | None = None
     compute_ms: float = 0.0  # the drafter's own compute time for this block
+    # A token tree (specdec.tree): the parent of each candidate, -1 = after the committed tokens;
+    # None: a chain. Tree blocks come only in greedy and coupled modes (draft_probs None).
+    tree_parents: list[int] | None = None
 
     def __len__(self) -> int:
         return int(self.candidate_ids.shape[0])
+
+    @property
+    def depth(self) -> int:
+        """Candidates on the longest root path: what the round's K bounds."""
+        return len(self) if self.tree_parents is None else tree_depth(self.tree_parents)
 
     @staticmethod
     def empty() -> DraftBlock:
@@ -56,8 +67,10 @@ class DraftSession(Protocol):
     def propose(self, num_tokens: int) -> DraftBlock:
         """Up to `num_tokens` candidates following the committed sequence (may be fewer)."""
 
-    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         """The target kept the first `num_accepted` candidates, then appended `appended_ids`.
+
+        After a tree block, `accepted_nodes` names the kept candidates (a root path of that length).
 
         NOTE: bookkeeping only, no model work (the draft service runs it on its event loop);
         caches are rolled back lazily by the next `propose`.
@@ -72,6 +85,9 @@ class Drafter(Protocol):
 
     def open(self, request: DraftRequest) -> DraftSession: ...
 
+    def batched(self, options: BatchingOptions) -> Drafter:
+        """This drafter with its sessions' passes shared as `options` say (itself if it has no model)."""
+
 
 @dataclass
 class CommittedSequence:
@@ -79,22 +95,41 @@ class CommittedSequence:
 
     token_ids: list[int]
     last_block: list[int] = field(default_factory=list)
+    last_parents: list[int] | None = None  # the last block's tree; None: it was a chain
 
     def record_block(self, block: DraftBlock) -> None:
         self.last_block = block.candidate_ids.tolist()
+        self.last_parents = block.tree_parents
 
-    def apply_feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
-        check_num_accepted(num_accepted, len(self.last_block))
-        self.token_ids.extend(self.last_block[:num_accepted])
+    def apply_feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> list[int]:
+        """Commit the accepted candidates and the appended tokens; returns the accepted nodes' indices."""
+        path = accepted_path(num_accepted, accepted_nodes, len(self.last_block), self.last_parents)
+        self.token_ids.extend(self.last_block[node] for node in path)
         self.token_ids.extend(appended_ids)
-        self.last_block = []
+        self.last_block, self.last_parents = [], None
+        return path
 
     def snapshot(self) -> CommittedSequence:
-        return CommittedSequence(list(self.token_ids), list(self.last_block))
+        return CommittedSequence(list(self.token_ids), list(self.last_block), self.last_parents)
 
     def restore(self, snapshot: CommittedSequence) -> None:
         self.token_ids = list(snapshot.token_ids)
         self.last_block = list(snapshot.last_block)
+        self.last_parents = snapshot.last_parents
+
+
+def accepted_path(num_accepted: int, accepted_nodes: Sequence[int] | None, num_proposed: int, parents: list[int] | None) -> list[int]:
+    """The accepted candidates' indices, checked: a chain's first `num_accepted`, or a tree's root path."""
+    check_num_accepted(num_accepted, num_proposed)
+    if parents is None:
+        if accepted_nodes and list(accepted_nodes) != list(range(num_accepted)):
+            raise ValueError(f"accepted nodes {list(accepted_nodes)} after a chain block: a chain keeps its first {num_accepted}")
+        return list(range(num_accepted))
+    path = list(accepted_nodes or [])
+    if len(path) != num_accepted:
+        raise ValueError(f"num_accepted={num_accepted} but {len(path)} accepted nodes were named for the tree block")
+    check_root_path(parents, path)
+    return path
 
 
 def check_num_accepted(num_accepted: int, num_proposed: int) -> None:

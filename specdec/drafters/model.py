@@ -6,45 +6,71 @@ import copy
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from specdec.batching import BatchingOptions, SequenceRunner, default_runner
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
+from specdec.drafters.tree_draft import TreeRanking, draft_tree
 from specdec.enums import AcceptanceMode
-from specdec.kv_cache import CachedSequence
+from specdec.kv_cache import PrefixCache
 from specdec.noise import gumbel_argmax, keyed_gumbel, keyed_gumbel_at
 from specdec.sampling import SparseDistribution, processed_probs, sparse_top_k
+from specdec.tree import TreeShape
 
 # Draft randomness must be independent of the verifier's: derive its seed from the request's.
 _DRAFT_SEED_SALT = 0x5DEECE66D
+_INITIAL_DRAFT_ROOM = 128
 
 
 class ModelDrafter:
     name = "model"
 
-    def __init__(self, model: PreTrainedModel, name: str = "model") -> None:
+    def __init__(self, model: PreTrainedModel, name: str = "model", runner: SequenceRunner | None = None) -> None:
         self.model = model
         self.name = name
+        self.runner = runner or default_runner(model)  # the draft service installs a batched one
 
     def open(self, request: DraftRequest) -> ModelDraftSession:
-        return ModelDraftSession(CachedSequence(self.model), request)
+        # The draft is not told max_tokens: start with room for the prompt and a few rounds, grow on demand.
+        return ModelDraftSession(self.runner.open_sequence(len(request.prompt_ids) + _INITIAL_DRAFT_ROOM), request)
+
+    def batched(self, options: BatchingOptions) -> ModelDrafter:
+        return ModelDrafter(self.model, self.name, default_runner(self.model, options))
 
 
 class ModelDraftSession:
-    def __init__(self, lm: CachedSequence, request: DraftRequest) -> None:
+    def __init__(self, lm: PrefixCache, request: DraftRequest) -> None:
         self.lm = lm
         self.request = request
         self.committed = CommittedSequence(list(request.prompt_ids))
         self.draft_seed = (request.seed ^ _DRAFT_SEED_SALT) & 0xFFFFFFFFFFFFFFFF
+        self.kept_path: list[int] | None = None  # the last tree's accepted nodes, kept in the cache by the next propose
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
-        block = self._draft(num_tokens) if num_tokens > 0 else DraftBlock.empty()
+        if self.kept_path is not None:  # here, not in feedback: feedback does no model work
+            self.lm.keep_path(self.kept_path)
+            self.kept_path = None
+        if num_tokens <= 0:
+            block = DraftBlock.empty()
+        elif self.request.tree is not None:
+            block = self._draft_tree(num_tokens, self.request.tree)
+        else:
+            block = self._draft(num_tokens)
         block = replace(block, compute_ms=(time.perf_counter() - started) * 1000)
         self.committed.record_block(block)
         return block
+
+    def _draft_tree(self, depth_limit: int, shape: TreeShape) -> DraftBlock:
+        request = self.request
+        ranking = TreeRanking(request.acceptance, request.sampling, request.seed)
+        node_ids, parents = draft_tree(self.lm, list(self.committed.token_ids), depth_limit, shape, ranking,
+                                       partial(_fit_vocab, vocab_size=request.vocab_size))
+        return DraftBlock(torch.tensor(node_ids, dtype=torch.long), tree_parents=parents)
 
     def _draft(self, num_tokens: int) -> DraftBlock:
         sequence = list(self.committed.token_ids)
@@ -78,8 +104,11 @@ class ModelDraftSession:
         choice = int((sparse.probs.log() + keyed_gumbel_at(self.draft_seed, position, sparse.token_ids)).argmax())
         return int(sparse.token_ids[choice]), sparse
 
-    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
-        self.committed.apply_feedback(num_accepted, appended_ids)
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
+        was_tree = self.committed.last_parents is not None
+        path = self.committed.apply_feedback(num_accepted, appended_ids, accepted_nodes)
+        if was_tree:
+            self.kept_path = path
 
     def close(self) -> None:
         self.lm.release()
@@ -117,7 +146,7 @@ def truncated_view(model: PreTrainedModel, num_layers: int) -> PreTrainedModel:
 
 def _shallow_module_copy(module: nn.Module) -> nn.Module:
     clone = copy.copy(module)
-    clone._modules = dict(module._modules)  # noqa: SLF001 -- own child table, shared children
+    clone._modules = dict(module._modules)
     return clone
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specdec.batching import BatchingOptions
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.sampling import SparseDistribution
 
@@ -23,6 +24,9 @@ class NgramDrafter:
 
     def open(self, request: DraftRequest) -> NgramDraftSession:
         return NgramDraftSession(self, request)
+
+    def batched(self, options: BatchingOptions) -> NgramDrafter:
+        return self  # a lookup per session: nothing to share
 
 
 class NgramDraftSession:
@@ -41,8 +45,9 @@ class NgramDraftSession:
         self.committed.record_block(block)
         return block
 
-    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
-        self.committed.apply_feedback(num_accepted, appended_ids)
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
+        # A lookup proposes chains even when trees are allowed (a chain is a degenerate tree).
+        self.committed.apply_feedback(num_accepted, appended_ids, accepted_nodes)
 
     def close(self) -> None:
         pass

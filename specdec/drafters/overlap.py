@@ -92,14 +92,15 @@ class OverlappedDraftSession:
         with self._busy:
             ahead, self._ahead = self._ahead, None
             block = self._next_block(ahead, num_tokens)
-            if num_tokens > 0 and not self._closed:
+            # NOTE: no drafting ahead past a tree: which of its paths will be accepted is not guessable.
+            if num_tokens > 0 and not self._closed and block.tree_parents is None:
                 self._ahead = _Ahead(block.candidate_ids.tolist(), num_tokens)
             return block
 
-    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         ahead = self._ahead
         if ahead is None:  # nothing armed, so no thread is drafting: apply it now
-            self.inner.feedback(num_accepted, appended_ids)
+            self.inner.feedback(num_accepted, appended_ids, *(() if accepted_nodes is None else (accepted_nodes,)))
             return
         check_num_accepted(num_accepted, len(ahead.block))
         ahead.settle(num_accepted, list(appended_ids))

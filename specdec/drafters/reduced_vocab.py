@@ -53,17 +53,26 @@ class ReducedVocabLlamaForCausalLM(LlamaForCausalLM):
         self.target_to_draft.fill_(self.draft_vocab_size)
         self.target_to_draft[target_ids] = torch.arange(self.draft_vocab_size, device=target_ids.device)
 
+    def embedding_ids(self, input_ids: torch.Tensor) -> torch.Tensor:  # target ids -> embedding rows, same shape
+        return self.target_to_draft[input_ids]
+
+    def full_logits_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:  # [..., hidden] -> [..., target_vocab]
+        return self._full_width(self.lm_head(hidden))
+
+    def _full_width(self, logits: torch.Tensor) -> torch.Tensor:  # [..., draft_vocab + 1] -> [..., target_vocab]
+        draft_logits = logits[..., : self.draft_vocab_size]
+        full = draft_logits.new_full((*draft_logits.shape[:-1], self.config.vocab_size), float("-inf"))
+        full[..., self.draft_to_target] = draft_logits
+        return full
+
     def draft_logits(self, input_ids: torch.Tensor, **kwargs) -> torch.Tensor:  # [batch, seq] target ids -> [batch, seq, draft_vocab]
         """Logits over the draft vocabulary only (what distillation trains)."""
-        output = super().forward(input_ids=self.target_to_draft[input_ids], **kwargs)
+        output = super().forward(input_ids=self.embedding_ids(input_ids), **kwargs)
         return output.logits[..., : self.draft_vocab_size]
 
     def forward(self, input_ids: torch.Tensor | None = None, **kwargs):  # input_ids: [batch, seq] target ids
-        output = super().forward(input_ids=self.target_to_draft[input_ids], **kwargs)
-        draft_logits = output.logits[..., : self.draft_vocab_size]  # [batch, seq, draft_vocab]
-        full = draft_logits.new_full((*draft_logits.shape[:-1], self.config.vocab_size), float("-inf"))
-        full[..., self.draft_to_target] = draft_logits
-        output.logits = full
+        output = super().forward(input_ids=self.embedding_ids(input_ids), **kwargs)
+        output.logits = self._full_width(output.logits)
         return output
 
 

@@ -12,6 +12,7 @@ from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.sampling import SamplingParams, SparseDistribution
+from specdec.tree import check_parents
 from specdec.v1 import common_pb2
 
 _ACCEPTANCE_FROM_PROTO = {
@@ -48,7 +49,7 @@ def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
 
 
 def block_to_proto(block: DraftBlock) -> common_pb2.CandidateBlock:
-    message = common_pb2.CandidateBlock(token_ids=block.candidate_ids.tolist())
+    message = common_pb2.CandidateBlock(token_ids=block.candidate_ids.tolist(), parent_indices=block.tree_parents or [])
     if block.draft_probs is not None:
         for token_ids, probs in zip(block.draft_probs.token_ids.tolist(), block.draft_probs.probs.tolist()):
             message.draft_probs.add(token_ids=token_ids, probs=probs)
@@ -59,8 +60,10 @@ def block_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_
     """A candidate block, checked: ids in the vocabulary and, where q is needed, a valid q per candidate."""
     candidates = list(message.token_ids)
     _check_ids(candidates, vocab_size, f"{field}.token_ids")
-    if not candidates and not message.draft_probs:
+    if not candidates and not message.draft_probs and not message.parent_indices:
         return DraftBlock.empty()  # a target-only round (e.g. when the budget is 0)
+    if message.parent_indices:
+        return _tree_block(message, candidates, needs_draft_probs, field)
     if not needs_draft_probs:
         return DraftBlock(torch.tensor(candidates, dtype=torch.long))
     if len(message.draft_probs) != len(candidates):
@@ -68,6 +71,16 @@ def block_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_
     rows = [_checked_distribution(dist, candidate, vocab_size, f"{field}.draft_probs[{index}]")
             for index, (dist, candidate) in enumerate(zip(message.draft_probs, candidates))]
     return DraftBlock(torch.tensor(candidates, dtype=torch.long), _stack_ragged(rows))
+
+
+def _tree_block(message: common_pb2.CandidateBlock, candidates: list[int], needs_draft_probs: bool, field: str) -> DraftBlock:
+    parents = list(message.parent_indices)
+    if needs_draft_probs:
+        raise InvalidRequestError(f"{field}.parent_indices", "token trees are verified in greedy and coupled modes only, not rejection")
+    if len(parents) != len(candidates):
+        raise InvalidRequestError(f"{field}.parent_indices", f"{len(parents)} parents for {len(candidates)} candidates")
+    check_parents(parents, f"{field}.parent_indices")
+    return DraftBlock(torch.tensor(candidates, dtype=torch.long), tree_parents=parents)
 
 
 def _check_ids(token_ids: list[int], vocab_size: int, field: str) -> None:

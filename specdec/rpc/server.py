@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
 from specdec.config import TlsSection
-from specdec.errors import DraftUnavailableError, InvalidRequestError, SpecdecError
+from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError
 from specdec.metrics import ServiceMetrics
 from specdec.telemetry import grpc_client_interceptors, grpc_server_interceptors
 
@@ -134,6 +134,7 @@ class SessionLimit:
 _STATUS_FOR_ERROR = [
     (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (DraftUnavailableError, grpc.StatusCode.UNAVAILABLE),
+    (CapacityError, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (SpecdecError, grpc.StatusCode.FAILED_PRECONDITION),
 ]
 

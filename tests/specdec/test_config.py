@@ -41,6 +41,7 @@ def test_seed_yaml_loads_as_written(seed_file):
     assert config.model.draft_method is DraftMethod.MODEL
     assert config.speculative.enabled is True
     assert config.speculative.verification is Verification.TREE
+    assert config.speculative.acceptance.value == "coupled"  # trees' default: rejection verifies chains only
     assert config.speculative.draft_tokens == 5
     assert config.speculative.acceptance_sampling is True
     assert (config.serving.host, config.serving.port) == ("0.0.0.0", 8080)
@@ -85,6 +86,7 @@ def test_flags_override_env_and_keep_the_files_other_keys(seed_file, monkeypatch
     assert config.model.target_path == "/flag/target"
     assert config.model.draft_path == "/models/draft-model"
     assert config.speculative.verification is Verification.TREE
+    assert config.speculative.acceptance.value == "coupled"  # trees' default: rejection verifies chains only
 
 
 def test_none_overrides_mean_not_given(seed_file, monkeypatch):
@@ -99,6 +101,7 @@ def test_specdec_config_env_names_the_file(seed_file, monkeypatch):
     monkeypatch.setenv("SPECDEC_CONFIG", str(seed_file))
     config = load_config()
     assert config.speculative.verification is Verification.TREE
+    assert config.speculative.acceptance.value == "coupled"  # trees' default: rejection verifies chains only
     assert config.model.target_path == "/models/target-model"
 
 
@@ -137,6 +140,17 @@ def test_every_setting_is_in_the_readme_reference_table():
     missing = [f"{section}.{name}" for section, field in SpecdecConfig.model_fields.items()
                for name in field.annotation.model_fields if f"`{section}.{name}`" not in table]
     assert not missing, f"document these settings in the README: {missing}"
+
+
+def test_tree_settings_are_checked_naming_the_fields(tmp_path):
+    config = load_config(_write(tmp_path, "speculative: {verification: tree, tree_branching: 3, tree_nodes: 12}\n"))
+    assert (config.speculative.tree.branching, config.speculative.tree.max_nodes) == (3, 12)
+    assert config.speculative.tree_request_fields() == {"tree_branching": 3, "tree_nodes": 12}
+    assert load_config(_write(tmp_path, "speculative: {verification: sequential}\n")).speculative.tree_request_fields() == {}
+    with pytest.raises(SpecdecError, match=r"speculative\.acceptance: coupled"):
+        load_config(_write(tmp_path, "speculative: {verification: tree, acceptance: rejection}\n"))
+    with pytest.raises(SpecdecError, match=r"tree_nodes \(4\) is smaller than draft_tokens \(5\)"):
+        load_config(_write(tmp_path, "speculative: {verification: tree, tree_nodes: 4}\n"))
 
 
 def test_adaptive_k_settings_load_and_min_stays_within_draft_tokens(tmp_path):
