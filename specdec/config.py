@@ -131,7 +131,7 @@ class _BatchingSection(_Section):
     """Continuous batching of a service's sessions and the budget of their KV caches."""
 
     max_batch_size: int | None = Field(None, ge=1, description="sessions sharing one forward pass; default: serving.max_batch_size")
-    batch_wait_ms: float = Field(2.0, ge=0, le=1000, description="longest wait for more sessions to join a pass")
+    batch_wait_ms: float = Field(50.0, ge=0, le=1000, description="longest wait for more sessions to join a pass (also at most half a pass)")
     kv_cache_bytes: int | None = Field(None, ge=1, description="KV cache budget in bytes; default: kv_cache_fraction of free memory")
     kv_cache_fraction: float = Field(0.5, gt=0, le=1, description="share of the memory free after loading that KV caches may use")
     admission_timeout_s: float = Field(30.0, gt=0, description="longest wait of a new session for KV cache room")
@@ -158,6 +158,8 @@ class VerifyServiceSection(_BatchingSection):
     default_max_tokens: int = Field(256, ge=1)
     grace_seconds: float = Field(10.0, ge=0, description="time in-flight requests get on shutdown")
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
+    load_aware_speculation: bool = Field(True, description="no drafting at loads where it measurably delivers fewer tokens/s")
+    load_window_s: float = Field(2.0, gt=0, description="length of the load-aware policy's measurement windows")
 
 
 class TlsSection(_Section):

@@ -14,6 +14,7 @@ from opentelemetry import trace
 from specdec.batching import SequenceRunner
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.errors import DraftUnavailableError
+from specdec.load_policy import LoadAwareSpeculation
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
 from specdec.request import GenerationRequest, GenerationStats
@@ -37,10 +38,12 @@ class GenerationResult:
 class SpeculativeGenerator:
     """Drafter proposes, target verifies in one forward pass, acceptance keeps it lossless."""
 
-    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, runner: SequenceRunner | None = None) -> None:
+    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, runner: SequenceRunner | None = None,
+                 load_policy: LoadAwareSpeculation | None = None) -> None:
         self.target = target
         self.drafter = drafter
         self.runner = runner  # where target sessions get caches and passes (a service's batched one); None: the model's own
+        self.load_policy = load_policy  # a service's: no drafting at loads where it loses throughput
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
         stats = GenerationStats()
@@ -90,11 +93,13 @@ class SpeculativeGenerator:
     def _round(self, target: TargetSession, draft: _Draft, stats: GenerationStats, parent, index: int) -> GenerationChunk:
         span = tracer.start_span("speculative.round", context=parent)
         started = time.perf_counter()
-        budget = target.draft_budget()
+        budget = target.draft_budget() if self.load_policy is None or self.load_policy.drafting_allowed() else 0
         block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
+        if self.load_policy is not None:
+            self.load_policy.record_tokens(len(chunk.token_ids))
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)

@@ -60,6 +60,9 @@ class ServiceMetrics:
         # Verify service: the K each round asked the drafter for (fixed, or chosen by adaptive K).
         self.chosen_k = Histogram("specdec_spec_decode_chosen_k", "Draft tokens asked for per round (K; adaptive K chooses it)",
                                   registry=registry, buckets=_DRAFT_LENGTH_BUCKETS)
+        self.load_policy_drafting = Gauge("specdec_load_policy_drafting",
+                                          "1 while the load-aware policy lets sessions draft, 0 while it runs plain target steps",
+                                          registry=registry)
 
     def track_cuda(self, device: torch.device) -> None:
         """Export allocated / reserved / total memory of a CUDA device (read at scrape time)."""

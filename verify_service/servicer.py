@@ -16,6 +16,7 @@ from specdec.config import SpecdecConfig
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
+from specdec.load_policy import LoadAwareSpeculation
 from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
@@ -36,6 +37,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.config = config
         self.target: LoadedModel | None = None  # set once the model is loaded
         self.runner: SequenceRunner | None = None  # the target's sessions, batched: set with the target
+        self.load_policy: LoadAwareSpeculation | None = None
         self.drafter: RemoteDrafter | None = None
         self.fingerprint = ""
         self.metrics = metrics or ServiceMetrics("verify")
@@ -47,6 +49,10 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.metrics.track_cuda(target.device)
         self.drafter = drafter
         self.runner = default_runner(target.model, service_batching(self.config, "verify", self.metrics.registry))
+        settings = self.config.verify_service
+        if settings.load_aware_speculation:
+            self.load_policy = LoadAwareSpeculation(lambda: self.sessions.active, settings.load_window_s)
+            self.metrics.load_policy_drafting.set_function(lambda: float(self.load_policy.drafting))
         self.target = target
 
     async def _run(self, function, *args):
@@ -66,7 +72,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         async with self.sessions.hold(context):
             drafter = self.drafter.with_deadline(context.time_remaining()) if self.drafter else None
             stats = GenerationStats()
-            chunks = SpeculativeGenerator(target, drafter, self.runner).stream(generation, stats)
+            chunks = SpeculativeGenerator(target, drafter, self.runner, self.load_policy).stream(generation, stats)
             timing = _EmitTiming(self.metrics)
             completion_tokens = 0
             async for chunk in self._drive(chunks, context):

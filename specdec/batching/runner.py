@@ -24,7 +24,7 @@ class BatchingOptions:
     """How a service batches one model's sessions (from its config section)."""
 
     max_batch_size: int = 1
-    max_wait_s: float = 0.002
+    max_wait_s: float = 0.05
     kv_cache_bytes: int | None = None  # the budget; None: kv_cache_fraction of the memory free after loading
     kv_cache_fraction: float | None = None  # None with kv_cache_bytes None: unbounded (in-process use)
     admission_timeout_s: float | None = None  # longest wait for cache room; None: forever

@@ -4,6 +4,11 @@ Continuous batching: a session submits a row whenever it needs a pass (a target 
 a draft step) and blocks until its logits are back; the scheduler thread takes what is
 pending, waits briefly for the other open sessions to submit too, and runs them as one pass.
 Sessions join and leave between passes.
+
+How long to wait for stragglers: at most `max_wait_s`, and at most half the recent pass time. A
+session between two passes is usually waiting for its draft (a round trip, then the draft's own
+batched step), so a wait that scales with the pass lets the sessions fall into step: one pass for
+all of them instead of alternating half-empty ones, while a fast device waits correspondingly less.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from specdec.batching.packed_forward import PackedRow
 from specdec.errors import SpecdecError
 
 RunBatch = Callable[[list[PackedRow]], list[torch.Tensor]]
+_STRAGGLER_WAIT_SHARE = 0.5  # of the recent pass time
+_PASS_TIME_SMOOTHING = 0.2
 
 
 class _Job:
@@ -40,6 +47,7 @@ class BatchScheduler:
         self.max_wait_s = max_wait_s
         self.on_batch = on_batch
         self.participants = 0  # open sessions that may submit: no point waiting for more
+        self.pass_seconds: float | None = None  # recent pass time (moving average): bounds the wait for stragglers
         self._pending: list[_Job] = []
         self._changed = threading.Condition()
         self._serial = threading.Lock()
@@ -86,14 +94,25 @@ class BatchScheduler:
 
     def _loop(self) -> None:
         while (batch := self._gather()) is not None:
+            started = time.monotonic()
             try:
                 results = self._run([job.row for job in batch])
             except BaseException as error:  # noqa: BLE001 -- every session of the pass gets the error
                 for job in batch:
                     job.finish(error=error)
                 continue
+            self._time_pass(time.monotonic() - started)
             for job, logits in zip(batch, results):
                 job.finish(logits)
+
+    def _time_pass(self, seconds: float) -> None:
+        previous = self.pass_seconds
+        self.pass_seconds = seconds if previous is None else previous + _PASS_TIME_SMOOTHING * (seconds - previous)
+
+    def _straggler_wait_s(self) -> float:
+        if self.pass_seconds is None:
+            return self.max_wait_s
+        return min(self.max_wait_s, _STRAGGLER_WAIT_SHARE * self.pass_seconds)
 
     def _gather(self) -> list[_Job] | None:
         with self._changed:
@@ -101,8 +120,8 @@ class BatchScheduler:
                 if self._closed:
                     return None
                 self._changed.wait()
-            # NOTE: bounded: a session busy elsewhere (waiting for its draft) costs at most max_wait_s.
-            deadline = time.monotonic() + self.max_wait_s
+            # NOTE: bounded: a session busy elsewhere costs at most max_wait_s, and half a pass.
+            deadline = time.monotonic() + self._straggler_wait_s()
             while len(self._pending) < min(self.max_batch_size, self.participants):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

@@ -53,6 +53,7 @@ GAUGES = {
     "specdec_requests_waiting",
     "specdec_model_memory_bytes",
     "specdec_device_memory_total_bytes",
+    "specdec_load_policy_drafting",
 }
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Names that can appear in a query: a histogram only through its series.

@@ -62,6 +62,17 @@ def test_a_session_that_does_not_submit_delays_the_pass_by_at_most_the_wait_boun
     assert time.monotonic() - started < 2
 
 
+def test_the_wait_for_stragglers_scales_with_the_pass_time():
+    scheduler = BatchScheduler(lambda rows: time.sleep(0.02) or _echo(rows), max_batch_size=8, max_wait_s=30)
+    scheduler.join()
+    scheduler.submit(_Row(1))  # everyone open submitted: no wait; this pass is timed
+    scheduler.join()  # a second session that never submits
+    started = time.monotonic()
+    scheduler.submit(_Row(2))
+    assert time.monotonic() - started < 3  # half a 20 ms pass, not the 30 s bound
+    assert 0.01 < scheduler.pass_seconds < 1
+
+
 def test_a_failed_pass_raises_in_every_session_of_it_and_the_next_pass_runs():
     calls = []
 

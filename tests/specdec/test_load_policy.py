@@ -1,0 +1,57 @@
+"""The load-aware policy drafts at the loads where drafting measurably delivers more tokens/s."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.load_policy import LoadAwareSpeculation, load_bucket
+
+
+class _Service:
+    """A simulated service: `rate[(drafting, load)]` tokens per second, a clock, a load."""
+
+    def __init__(self, rate: dict[tuple[bool, int], float]) -> None:
+        self.rate, self.now, self.load = rate, 0.0, 1
+        self.policy = LoadAwareSpeculation(lambda: self.load, window_s=1.0, explore_every=4, clock=lambda: self.now)
+
+    def run(self, seconds: float, step_s: float = 0.05) -> list[bool]:
+        modes = []
+        for _ in range(round(seconds / step_s)):
+            drafting = self.policy.drafting_allowed()
+            modes.append(drafting)
+            self.now += step_s
+            self.policy.record_tokens(round(self.rate[(drafting, self.load)] * step_s))
+        return modes
+
+
+def test_load_buckets_are_powers_of_two():
+    assert [load_bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 16, 17)] == [1, 2, 4, 4, 8, 8, 16, 16, 32]
+
+
+def test_drafts_where_drafting_is_faster_and_not_where_it_is_slower():
+    service = _Service({(True, 1): 200, (False, 1): 100, (True, 8): 300, (False, 8): 600})
+    early = service.run(6)
+    assert True in early and False in early  # both modes measured first
+    assert sum(service.run(40)) / 800 > 0.7  # mostly drafting at load 1 (exploring 1 window in 4)
+    service.load = 8
+    late = service.run(40)
+    assert sum(late) / len(late) < 0.3  # mostly plain steps at load 8
+    assert service.policy.rates(8)[False] == pytest.approx(600, rel=0.05)
+    assert service.policy.rates(1)[True] == pytest.approx(200, rel=0.05)
+
+
+def test_keeps_exploring_so_a_changed_workload_is_noticed():
+    service = _Service({(True, 1): 100, (False, 1): 200})
+    assert sum(service.run(20)) / 400 < 0.3
+    service.rate = {(True, 1): 400, (False, 1): 200}  # the draft got much better
+    service.run(20)
+    assert sum(service.run(20)) / 400 > 0.7
+
+
+def test_idle_windows_teach_nothing():
+    service = _Service({(True, 1): 100, (False, 1): 100})
+    service.run(2.5)
+    rates = service.policy.rates(1)
+    service.now += 60  # idle for a minute
+    service.policy.drafting_allowed()
+    assert service.policy.rates(1) == rates
