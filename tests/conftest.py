@@ -105,7 +105,9 @@ def start_verify_server(service_loop, target, draft_endpoint: str | None, **veri
     from specdec.config import SpecdecConfig
     from verify_service.server import VerifyServer
 
-    config = SpecdecConfig(verify_service={"draft_endpoint": draft_endpoint or "", **verify_settings})
+    # Drafting every round, so tests see what they assert on; the load-aware policy has its own tests.
+    settings = {"draft_endpoint": draft_endpoint or "", "load_aware_speculation": False, **verify_settings}
+    config = SpecdecConfig(verify_service=settings)
     server = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
     service_loop.run(server.start(target))
     return server

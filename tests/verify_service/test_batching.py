@@ -127,3 +127,14 @@ def test_the_memory_budget_queues_the_session_that_does_not_fit_and_refuses_the_
         client.generate(prompt="Hi", max_tokens=3 * reserve, ignore_eos=True)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_tokens" in raised.value.details()
     assert client.generate(**requests[0]).token_ids == alone[0]
+
+
+def test_load_aware_speculation_switches_modes_without_changing_outputs(batched_stack):
+    client, verify, _ = batched_stack(load_aware_speculation=True, load_window_s=0.05)
+    requests = _requests("coupled")
+    alone = [client.generate(**settings).token_ids for settings in requests[:4]]
+    assert _run_together(client, requests[:4]) == alone
+    policy = verify.servicer.load_policy
+    measured = {mode for load in (1, 2, 4) for mode in policy.rates(load)}
+    assert measured == {True, False}  # both modes ran and were timed
+    assert verify.servicer.metrics.registry.get_sample_value("specdec_load_policy_drafting") in (0.0, 1.0)
