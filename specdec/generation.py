@@ -93,13 +93,15 @@ class SpeculativeGenerator:
     def _round(self, target: TargetSession, draft: _Draft, stats: GenerationStats, parent, index: int) -> GenerationChunk:
         span = tracer.start_span("speculative.round", context=parent)
         started = time.perf_counter()
-        budget = target.draft_budget() if self.load_policy is None or self.load_policy.drafting_allowed() else 0
+        # NOTE: requests without speculation neither ask the load policy nor count in its measurements.
+        policy = self.load_policy if target.request.speculative else None
+        budget = target.draft_budget() if policy is None or policy.drafting_allowed() else 0
         block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
-        if self.load_policy is not None:
-            self.load_policy.record_tokens(len(chunk.token_ids))
+        if policy is not None:
+            policy.record_tokens(len(chunk.token_ids))
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)
