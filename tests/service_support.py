@@ -20,7 +20,10 @@ from specdec.client import VerifyClient
 
 # One core per service: on a 2-core host they stand in for separate hosts, and idle OpenMP
 # workers spinning after a forward pass would otherwise steal the other services' core.
-SERVICE_ENV = {"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+# Verify drafts every round: these tests assert on drafting around faults, and with the tiny pair the
+# load-aware policy would rightly stop drafting (it has its own tests).
+SERVICE_ENV = {"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
+               "SPECDEC_VERIFY_SERVICE__LOAD_AWARE_SPECULATION": "false"}
 CHAT = "/v1/chat/completions"
 # Greedy and long enough that a fault can land mid-stream (the tiny model's context is 512 tokens).
 LONG_GREEDY = {"model": "target", "messages": [{"role": "user", "content": "Tell me a long story about the sea."}],
