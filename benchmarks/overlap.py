@@ -18,42 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
+
+from service_processes import free_port, spawn_service, wait_serving
 
 from specdec.client import VerifyClient
 
 PROMPTS = ["Explain how a bicycle's gears make it easier to ride up a hill.", "Write a short story about a lighthouse keeper.",
            "List five uses of a paperclip and explain each.", "Describe the water cycle to a ten-year-old."]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _spawn(*args: str) -> subprocess.Popen:
-    # One thread per service: on a CPU host the two processes stand in for two devices.
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1", "--cpu-threads", "1"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _wait(endpoint: str, process: subprocess.Popen, timeout: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout
-    with VerifyClient(endpoint) as client:
-        while not client.is_serving(timeout=1.0):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{endpoint} did not become SERVING")
-            time.sleep(0.2)
 
 
 def _draft_counters(metrics_port: int) -> dict[str, float]:
@@ -73,14 +49,14 @@ def _mean(values: list[float]) -> float:
 
 
 def measure(args: argparse.Namespace, target: str, draft: str, overlap: bool) -> dict:
-    draft_port, verify_port, metrics_port = _free_port(), _free_port(), _free_port()
+    draft_port, verify_port, metrics_port = free_port(), free_port(), free_port()
     draft_args = ["--draft", draft, "--port", str(draft_port), "--metrics-port", str(metrics_port), "--overlap" if overlap else "--no-overlap"]
-    processes = [_spawn("draft", *draft_args, *(["--draft-device", args.draft_device] if args.draft_device else []))]
+    processes = [spawn_service("draft", *draft_args, *(["--draft-device", args.draft_device] if args.draft_device else []))]
     try:
-        _wait(f"127.0.0.1:{draft_port}", processes[0])
-        processes.append(_spawn("verify", "--target", target, "--port", str(verify_port), "--metrics-port", "0",
+        wait_serving(f"127.0.0.1:{draft_port}", processes[0])
+        processes.append(spawn_service("verify", "--target", target, "--port", str(verify_port), "--metrics-port", "0",
                                 "--draft-endpoint", f"127.0.0.1:{draft_port}", *(["--device", args.device] if args.device else [])))
-        _wait(f"127.0.0.1:{verify_port}", processes[1])
+        wait_serving(f"127.0.0.1:{verify_port}", processes[1])
         settings = {"max_tokens": args.max_tokens, "temperature": args.temperature, "ignore_eos": True, "num_draft_tokens": args.k, "seed": 1}
         rounds, tokens = [], 0
         with VerifyClient(f"127.0.0.1:{verify_port}") as client:

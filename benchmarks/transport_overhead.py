@@ -12,39 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
+
+from service_processes import free_port, spawn_service, wait_serving
 
 from specdec.client import VerifyClient
 from specdec.tiny_pair import make_tiny_pair
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _spawn(*args: str) -> subprocess.Popen:
-    # One core per service: on this 2-core host they stand in for separate hosts, and idle OpenMP
-    # workers spinning after a forward pass would otherwise steal the other service's core.
-    env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1", "--metrics-port", "0"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _wait(endpoint: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    with VerifyClient(endpoint) as client:
-        while not client.is_serving(timeout=1.0):
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{endpoint} did not become SERVING")
-            time.sleep(0.2)
 
 
 def _summary(values: list[float]) -> dict:
@@ -61,12 +35,12 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     pair = make_tiny_pair(tempfile.mkdtemp())
-    draft_port, verify_port = _free_port(), _free_port()
-    processes = [_spawn("draft", "--draft", str(pair.draft), "--port", str(draft_port)),
-                 _spawn("verify", "--target", str(pair.target), "--port", str(verify_port), "--draft-endpoint", f"127.0.0.1:{draft_port}")]
+    draft_port, verify_port = free_port(), free_port()
+    processes = [spawn_service("draft", "--draft", str(pair.draft), "--port", str(draft_port), "--metrics-port", "0"),
+                 spawn_service("verify", "--target", str(pair.target), "--port", str(verify_port), "--metrics-port", "0", "--draft-endpoint", f"127.0.0.1:{draft_port}")]
     try:
-        _wait(f"127.0.0.1:{draft_port}")
-        _wait(f"127.0.0.1:{verify_port}")
+        wait_serving(f"127.0.0.1:{draft_port}")
+        wait_serving(f"127.0.0.1:{verify_port}")
         rounds = []
         with VerifyClient(f"127.0.0.1:{verify_port}") as client:
             client.generate("warm up", max_tokens=8, temperature=0)
