@@ -100,14 +100,15 @@ def start_draft_server(service_loop, drafter, model, **draft_settings):
     return server
 
 
-def start_verify_server(service_loop, target, draft_endpoint: str | None, **verify_settings):
-    """A VerifyServer on a free loopback port, already SERVING, drafting via `draft_endpoint`."""
+def start_verify_server(service_loop, target, draft_endpoint: str | None, speculative: dict | None = None, **verify_settings):
+    """A VerifyServer on a free loopback port, already SERVING, drafting via `draft_endpoint`;
+    `speculative` is that config section's settings."""
     from specdec.config import SpecdecConfig
     from verify_service.server import VerifyServer
 
     # Drafting every round, so tests see what they assert on; the load-aware policy has its own tests.
     settings = {"draft_endpoint": draft_endpoint or "", "load_aware_speculation": False, **verify_settings}
-    config = SpecdecConfig(verify_service=settings)
+    config = SpecdecConfig(verify_service=settings, speculative=speculative or {})
     server = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
     service_loop.run(server.start(target))
     return server

@@ -99,8 +99,9 @@ def packed_forward(parts: ModelParts, rows: list[PackedRow]) -> list[torch.Tenso
     hidden = parts.embed(parts.input_ids(input_ids))[None]  # [1, total, hidden]
     cos, sin = parts.rotary(hidden, positions[None])  # [1, total, head_dim] each
     spans = _spans(rows)
+    masks = [_attention_mask(row) for row in rows]  # once per pass: every layer attends the same way
     for index, layer in enumerate(parts.layers):
-        attended = _attention(layer.self_attn, layer.input_layernorm(hidden), cos[0], sin[0], rows, spans, index)
+        attended = _attention(layer.self_attn, layer.input_layernorm(hidden), cos[0], sin[0], rows, spans, masks, index)
         hidden = hidden + attended
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
     hidden = parts.norm(hidden)[0]  # [total, hidden]
@@ -120,17 +121,18 @@ def _spans(rows: list[PackedRow]) -> list[tuple[int, int]]:
 
 
 def _attention(attention: nn.Module, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,  # hidden [1, total, h]; cos/sin [total, d]
-               rows: list[PackedRow], spans: list[tuple[int, int]], layer: int) -> torch.Tensor:  # -> [1, total, h]
+               rows: list[PackedRow], spans: list[tuple[int, int]], masks: list[torch.Tensor | None],  # masks[i]: [new_i, end_i] bool
+               layer: int) -> torch.Tensor:  # -> [1, total, h]
     total, head_dim = hidden.shape[1], attention.head_dim
     queries = attention.q_proj(hidden).view(total, -1, head_dim).transpose(0, 1)  # [heads, total, d]
     keys = attention.k_proj(hidden).view(total, -1, head_dim).transpose(0, 1)  # [kv_heads, total, d]
     values = attention.v_proj(hidden).view(total, -1, head_dim).transpose(0, 1)  # [kv_heads, total, d]
     queries, keys = queries * cos + _rotate_half(queries) * sin, keys * cos + _rotate_half(keys) * sin
     outputs = []
-    for row, (begin, end) in zip(rows, spans):
+    for row, (begin, end), mask in zip(rows, spans, masks):
         cached_keys, cached_values = row.kv.write(layer, row.start, keys[:, begin:end], values[:, begin:end])
         outputs.append(nn.functional.scaled_dot_product_attention(
-            queries[None, :, begin:end], cached_keys[None], cached_values[None], attn_mask=_attention_mask(row),
+            queries[None, :, begin:end], cached_keys[None], cached_values[None], attn_mask=mask,
             scale=attention.scaling, enable_gqa=True)[0])
     attended = torch.cat(outputs, dim=1).transpose(0, 1).reshape(1, total, -1)  # [1, total, heads * d]
     return attention.o_proj(attended)

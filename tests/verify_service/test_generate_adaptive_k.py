@@ -4,6 +4,7 @@ histogram counts its rounds, Verify keeps the client's K."""
 from __future__ import annotations
 
 import pytest
+from conftest import start_verify_server
 
 from specdec.client import VerifyClient
 from specdec.generation import SpeculativeGenerator
@@ -13,19 +14,10 @@ from specdec.sampling import SamplingParams
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 
 
-async def _construct(server_class, config, address):
-    return server_class(config, address)  # grpc.aio servers must be created on the loop that runs them
-
-
 @pytest.fixture(scope="module")
 def adaptive_server(service_loop, tiny_target, draft_server):
-    from specdec.config import SpecdecConfig
-    from verify_service.server import VerifyServer
-
-    config = SpecdecConfig(verify_service={"draft_endpoint": f"127.0.0.1:{draft_server.port}"},
-                           speculative={"adaptive_k": True, "draft_tokens": 6})
-    server = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
-    service_loop.run(server.start(tiny_target))
+    server = start_verify_server(service_loop, tiny_target, f"127.0.0.1:{draft_server.port}",
+                                 speculative={"adaptive_k": True, "draft_tokens": 6})
     yield server
     service_loop.run(server.stop(0))
 
