@@ -25,6 +25,9 @@ _FLAG_FOR_FIELD = {
     "verify_service.max_sessions": "--max-sessions",
     "draft_service.cpu_threads": "--cpu-threads",
     "draft_service.overlap": "--overlap",
+    "model.prompt_lookup": "--prompt-lookup",
+    "model.prompt_lookup_min_ngram": "--prompt-lookup-min-ngram",
+    "model.model_draft_tokens": "--model-draft-tokens",
     "verify_service.cpu_threads": "--cpu-threads",
     "verify_service.draft_round_timeout_ms": "--draft-round-timeout-ms",
     "serving.port": "--port",
@@ -84,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--tiny", action="store_true", help="the tiny random pair instead of the default: starts in seconds, for trying the plumbing")
     up.add_argument("--draft", help="draft model")
     up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
-    up.add_argument("--num-draft-tokens", type=int, help="K per round (default: the config's; 1 for the default pair on CPU)")
+    up.add_argument("--num-draft-tokens", type=int, help="K per round (default: the config's; 2 for the default pair on CPU, 1 of them from the draft model)")
     up.add_argument("--gateway-port", type=int, default=8000)
     up.add_argument("--draft-port", type=int, default=50051)
     up.add_argument("--verify-port", type=int, default=50052)
@@ -174,6 +177,9 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     draft.add_argument("--draft-quantization", choices=["int8"])
     draft.add_argument("--draft-device", help="auto, cpu, cuda:N")
     draft.add_argument("--overlap", action=argparse.BooleanOptionalAction, help="draft each next block while the target verifies this one")
+    draft.add_argument("--prompt-lookup", action=argparse.BooleanOptionalAction, help="try prompt lookup before the draft model each round")
+    draft.add_argument("--prompt-lookup-min-ngram", type=int, help="shortest suffix n-gram that counts as a lookup match")
+    draft.add_argument("--model-draft-tokens", type=int, help="most candidates per block from the draft model (lookup blocks: up to K)")
     verify = serve.add_parser("verify", help="the target-verify service (gRPC, default port 50052)")
     verify.add_argument("--target", help="target model: HF directory, .gguf file, bundled name or hub id")
     verify.add_argument("--device", help="auto, cpu, cuda:N")

@@ -128,7 +128,8 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
     if args.service == "draft":
         overrides["model"].update(draft_path=args.draft, target_path=args.target, draft_method=args.draft_method,
                                   layer_skip_layers=args.layer_skip_layers, draft_quantization=args.draft_quantization,
-                                  draft_device=args.draft_device)
+                                  draft_device=args.draft_device, prompt_lookup=args.prompt_lookup,
+                                  prompt_lookup_min_ngram=args.prompt_lookup_min_ngram, model_draft_tokens=args.model_draft_tokens)
         overrides[section]["overlap"] = args.overlap
     else:
         overrides["model"].update(target_path=args.target, device=args.device)

@@ -40,6 +40,19 @@ class ModelSection(_Section):
     draft_device: str = "auto"
     dtype: str = "auto"
     draft_quantization: str | None = Field(None, pattern="^(int8)$")
+    # Prompt lookup before the draft model (drafters/prompt_lookup.py): free candidates where the
+    # output quotes the prompt or repeats itself. Off for a draft that is right more often than a lookup.
+    prompt_lookup: bool = Field(True, description="propose the continuation of an earlier occurrence of the last n-gram before asking the draft model")
+    prompt_lookup_min_ngram: int = Field(2, ge=1, le=16, description="shortest suffix n-gram that counts as a match")
+    prompt_lookup_max_ngram: int = Field(3, ge=1, le=16, description="longest suffix n-gram tried first")
+    model_draft_tokens: int | None = Field(None, ge=1, le=64, description="most candidates per block from the draft model; default: speculative.draft_tokens")
+
+    @model_validator(mode="after")
+    def _lookup_ngrams_ordered(self) -> ModelSection:
+        if self.prompt_lookup_min_ngram > self.prompt_lookup_max_ngram:
+            raise ValueError(f"prompt_lookup_min_ngram ({self.prompt_lookup_min_ngram}) is larger than "
+                             f"prompt_lookup_max_ngram ({self.prompt_lookup_max_ngram})")
+        return self
 
 
 class SpeculativeSection(_Section):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from specdec.batching.packed_forward import model_parts
 from specdec.config import DraftMethod, ModelSection, SpecdecConfig, Verification
 from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import ModelLoadError, SpecdecError
 from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import TREE_NEEDS_PACKED
@@ -29,8 +30,15 @@ def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
         check_tree_support(config, draft, "model.draft_path")
     drafter = None
     if config.speculative.enabled:
-        drafter = _DRAFTER_BUILDERS[models.draft_method](target, draft, models)
+        drafter = with_prompt_lookup(_DRAFTER_BUILDERS[models.draft_method](target, draft, models), models)
     return SpeculativeGenerator(target, drafter)
+
+
+def with_prompt_lookup(drafter: Drafter, models: ModelSection) -> Drafter:
+    """The drafter with prompt lookup tried first (model.prompt_lookup); n-gram drafting is lookup already."""
+    if not models.prompt_lookup or models.draft_method is DraftMethod.NGRAM:
+        return drafter
+    return PromptLookupDrafter(drafter, LookupSettings(models.prompt_lookup_min_ngram, models.prompt_lookup_max_ngram, models.model_draft_tokens))
 
 
 def check_tree_support(config: SpecdecConfig, loaded: LoadedModel, setting: str) -> None:
@@ -92,9 +100,9 @@ def load_draft_side(config: SpecdecConfig) -> tuple[Drafter, LoadedModel | None]
     if models.draft_method is DraftMethod.MODEL:
         draft = _load_draft(models)
         check_tree_support(config, draft, "model.draft_path")
-        return ModelDrafter(draft.model), draft
+        return with_prompt_lookup(ModelDrafter(draft.model), models), draft
     if not models.target_path:
         raise SpecdecError("draft_method=layer_skip drafts with the target's first layers: set model.target_path or pass --target")
     target = _load("model.target_path", models.target_path, device=models.draft_device, dtype=models.dtype)
     drafter = _layer_skip_drafter(target, None, models)
-    return drafter, LoadedModel(model=drafter.model, tokenizer=target.tokenizer, source=target.source)
+    return with_prompt_lookup(drafter, models), LoadedModel(model=drafter.model, tokenizer=target.tokenizer, source=target.source)

@@ -54,12 +54,25 @@ def default_pair_paths(tiny: bool = False) -> tuple[str, str]:
     return str(root / "target"), str(root / "draft")
 
 
-def default_pair_draft_tokens() -> int | None:
-    """K for the default pair: 1 on a CPU-only host, where the target scores 2 tokens for the price of 1
-    but 4 cost 1.5x (docs/benchmarks.md); on a GPU the configured default."""
+@dataclass(frozen=True)
+class PairTuning:
+    """How the default pair drafts on a CPU-only host (docs/benchmarks.md): the target scores 2 tokens for
+    the price of 1 but 4 cost 1.5x, so K = 2 for a looked-up block (free to draft) and 1 from the
+    draft model, with single-token lookup matches counted (fewer draft-model passes on shared cores)."""
+
+    num_draft_tokens: int = 2
+    model_draft_tokens: int = 1
+    prompt_lookup_min_ngram: int = 1
+
+    def draft_flags(self) -> list[str]:
+        return [f"--model-draft-tokens={self.model_draft_tokens}", f"--prompt-lookup-min-ngram={self.prompt_lookup_min_ngram}"]
+
+
+def default_pair_tuning() -> PairTuning | None:
+    """The CPU tuning of the default pair; None on a GPU host (the configured defaults)."""
     import torch
 
-    return None if torch.cuda.is_available() else 1
+    return None if torch.cuda.is_available() else PairTuning()
 
 
 class Stack:
@@ -112,11 +125,14 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     config = ["--config", plan.config_file] if plan.config_file else []
     target, draft = plan.target, plan.draft
     num_draft_tokens = plan.num_draft_tokens
+    tuning = None
     if target is None and plan.config_file is None:
         target, draft = default_pair_paths(plan.tiny)
-        if not plan.tiny and num_draft_tokens is None:
-            num_draft_tokens = default_pair_draft_tokens()
+        tuning = None if plan.tiny else default_pair_tuning()
+    if tuning is not None and num_draft_tokens is None:
+        num_draft_tokens = tuning.num_draft_tokens
     draft_args = ["--draft-method", plan.draft_method] if plan.draft_method else []
+    draft_args += tuning.draft_flags() if tuning is not None else []
     draft_args += [f"--draft={draft}"] if draft else []
     draft_args += [f"--target={target}"] if target and plan.draft_method == "layer_skip" else []
     # One host: a small draft on one thread leaves the other cores to the target, and two

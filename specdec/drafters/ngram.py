@@ -36,12 +36,7 @@ class NgramDraftSession:
 
     def propose(self, num_tokens: int) -> DraftBlock:
         candidates = lookup_continuation(self.committed.token_ids, num_tokens, self.drafter.max_ngram, self.drafter.min_ngram)
-        # The lookup is deterministic: q is a point mass on each candidate, sent as such so
-        # rejection sampling stays exact (accept with probability p(x)).
-        block = DraftBlock(
-            torch.tensor(candidates, dtype=torch.long),
-            SparseDistribution(torch.tensor(candidates, dtype=torch.long).reshape(-1, 1), torch.ones(len(candidates), 1, dtype=torch.float64)),
-        )
+        block = point_mass_block(candidates)
         self.committed.record_block(block)
         return block
 
@@ -51,6 +46,13 @@ class NgramDraftSession:
 
     def close(self) -> None:
         pass
+
+
+def point_mass_block(candidates: list[int]) -> DraftBlock:
+    """A block of looked-up candidates. The lookup is deterministic: q is a point mass on each
+    candidate, sent as such so rejection sampling stays exact (accept with probability p(x))."""
+    token_ids = torch.tensor(candidates, dtype=torch.long)  # [k]
+    return DraftBlock(token_ids, SparseDistribution(token_ids.reshape(-1, 1), torch.ones(len(candidates), 1, dtype=torch.float64)))
 
 
 def lookup_continuation(token_ids: Sequence[int], num_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:

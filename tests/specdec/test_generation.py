@@ -9,6 +9,7 @@ from scipy import stats
 from specdec import target_session
 from specdec.acceptance import RoundVerdict
 from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import DraftUnavailableError, InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import CachedSequence
@@ -31,6 +32,7 @@ def drafters(tiny_target, tiny_draft):
         "model": ModelDrafter(tiny_draft.model),
         "layer_skip": layer_skip_drafter(tiny_target.model, 2),
         "ngram": NgramDrafter(),
+        "lookup+model": PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1, model_tokens=2)),
     }
 
 
@@ -39,7 +41,7 @@ def _run(target, drafter, prompt_ids, **fields):
     return SpeculativeGenerator(target, drafter).generate(request)
 
 
-@pytest.mark.parametrize("method", ["model", "layer_skip", "ngram"])
+@pytest.mark.parametrize("method", ["model", "layer_skip", "ngram", "lookup+model"])
 @pytest.mark.parametrize("num_draft_tokens", [1, 3, 5, 8])
 def test_greedy_speculative_equals_greedy_target_only(tiny_target, drafters, prompt_ids, method, num_draft_tokens):
     reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
@@ -99,6 +101,12 @@ def _joint_p_value(target, drafter, prompt_ids) -> float:
 
 def test_rejection_joint_of_first_two_tokens_matches_target(tiny_target, tiny_draft, prompt_ids):
     assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) > 1e-3
+
+
+def test_rejection_joint_matches_target_with_lookup_blocks_mixed_in(tiny_target, tiny_draft, prompt_ids):
+    # The prompt repeats itself: rounds alternate looked-up (point-mass q) and model blocks.
+    drafter = PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1, model_tokens=1))
+    assert _joint_p_value(tiny_target, drafter, prompt_ids) > 1e-3
 
 
 def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids, monkeypatch):

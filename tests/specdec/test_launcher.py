@@ -10,7 +10,11 @@ import subprocess
 import sys
 import time
 
+import grpc
 import httpx
+
+from specdec.launcher import PairTuning, default_pair_tuning
+from specdec.v1 import common_pb2, draft_pb2_grpc
 
 
 def _free_port() -> int:
@@ -69,6 +73,20 @@ def test_up_with_no_arguments_chats_with_smollm2_through_the_distilled_draft(tmp
         assert reply["choices"][0]["message"]["content"].strip()
         stats = reply["speculative"]
         assert stats["rounds"] > 0 and stats["accepted_tokens"] > 0 and not stats["fallback"]
+        with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
+            status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
+        assert status.drafter == "prompt_lookup+model"
+
+
+def test_default_pair_on_a_cpu_host_looks_up_two_tokens_or_drafts_one(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    tuning = default_pair_tuning()
+    assert tuning == PairTuning(num_draft_tokens=2, model_draft_tokens=1, prompt_lookup_min_ngram=1)
+    assert tuning.draft_flags() == ["--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_pair_tuning() is None  # a GPU host runs the configured defaults
 
 
 def _read_until(process: subprocess.Popen, marker: str, timeout: float, log) -> str:
