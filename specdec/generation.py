@@ -95,13 +95,14 @@ class SpeculativeGenerator:
         started = time.perf_counter()
         # NOTE: requests without speculation neither ask the load policy nor count in its measurements.
         policy = self.load_policy if target.request.speculative else None
-        budget = target.draft_budget() if policy is None or policy.drafting_allowed() else 0
+        policy_drafting = policy is None or policy.drafting_allowed()
+        budget = target.draft_budget() if policy_drafting else 0
         block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
         if policy is not None:
-            policy.record_tokens(len(chunk.token_ids))
+            policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)

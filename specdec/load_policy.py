@@ -10,6 +10,10 @@ or adaptive) or not (K = 0, plain target steps). Per load level (open sessions, 
 buckets) the policy keeps the tokens per second each mode delivered (a moving average over its
 windows) and runs the better one, trying the other every `explore_every` windows so that a change
 of workload is noticed. The choice never affects what is generated: any K is lossless.
+
+NOTE: a mode's rate is tokens per second of its sessions' own round time, not of wall time: time
+in which no speculative round ran (idle gaps, requests without speculation, prefill queues) would
+otherwise count against whichever mode happened to be on.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ class _Window:
     drafting: bool
     load_bucket: int
     started: float
-    tokens: int = 0
+    tokens: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # per mode of the rounds that ended here
+    round_s: dict[bool, float] = field(default_factory=lambda: {True: 0.0, False: 0.0})
 
 
 @dataclass
@@ -67,9 +72,11 @@ class LoadAwareSpeculation:
     def drafting(self) -> bool:
         return self._window.drafting
 
-    def record_tokens(self, num_tokens: int) -> None:
+    def record_round(self, drafting: bool, num_tokens: int, seconds: float) -> None:
+        """One session's round: whether it drafted (the mode it was given), its tokens and its duration."""
         with self._lock:
-            self._window.tokens += num_tokens
+            self._window.tokens[drafting] += num_tokens
+            self._window.round_s[drafting] += seconds
 
     def rates(self, load: int) -> dict[bool, float]:
         stats = self.buckets.get(load_bucket(load))
@@ -78,13 +85,11 @@ class LoadAwareSpeculation:
     def _close_window(self, now: float) -> None:
         window = self._window
         stats = self.buckets.setdefault(window.load_bucket, _BucketStats())
-        elapsed = now - window.started
-        # NOTE: a window that saw no tokens, or that outlasted two windows (the service was idle),
-        # says nothing about either mode's speed.
-        if window.tokens and elapsed <= 2 * self.window_s:
-            rate = window.tokens / elapsed
-            previous = stats.rate.get(window.drafting)
-            stats.rate[window.drafting] = rate if previous is None else previous + _RATE_SMOOTHING * (rate - previous)
+        for drafting in (True, False):  # a round that began before the switch counts for the mode it ran in
+            if window.tokens[drafting] and window.round_s[drafting] > 0:
+                rate = window.tokens[drafting] / window.round_s[drafting]
+                previous = stats.rate.get(drafting)
+                stats.rate[drafting] = rate if previous is None else previous + _RATE_SMOOTHING * (rate - previous)
         bucket = load_bucket(max(1, self.load()))
         self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats())), bucket, now)
 

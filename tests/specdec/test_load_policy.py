@@ -14,13 +14,16 @@ class _Service:
         self.rate, self.now, self.load = rate, 0.0, 1
         self.policy = LoadAwareSpeculation(lambda: self.load, window_s=1.0, explore_every=4, clock=lambda: self.now)
 
-    def run(self, seconds: float, step_s: float = 0.05) -> list[bool]:
+    def run(self, seconds: float, step_s: float = 0.05, busy_share: dict[bool, float] | None = None,
+            report_wall_time: bool = False) -> list[bool]:
+        """Rounds of `step_s`; `busy_share[mode]`: the share of wall time spent in speculative rounds in that mode."""
         modes = []
         for _ in range(round(seconds / step_s)):
             drafting = self.policy.drafting_allowed()
             modes.append(drafting)
-            self.now += step_s
-            self.policy.record_tokens(round(self.rate[(drafting, self.load)] * step_s))
+            wall_s = step_s / (busy_share or {}).get(drafting, 1.0)  # the rest: other requests, idle gaps
+            self.now += wall_s
+            self.policy.record_round(drafting, round(self.rate[(drafting, self.load)] * step_s), wall_s if report_wall_time else step_s)
         return modes
 
 
@@ -51,7 +54,27 @@ def test_keeps_exploring_so_a_changed_workload_is_noticed():
 def test_idle_windows_teach_nothing():
     service = _Service({(True, 1): 100, (False, 1): 100})
     service.run(2.5)
-    rates = service.policy.rates(1)
     service.now += 60  # idle for a minute
     service.policy.drafting_allowed()
-    assert service.policy.rates(1) == rates
+    assert service.policy.rates(1) == {True: pytest.approx(100), False: pytest.approx(100)}
+
+
+# Drafting windows happen to share the host with other work (requests without speculation, gaps):
+# half their wall time is not speculative rounds. Drafting is still the faster mode (200 > 140 tok/s).
+_RATES = {(True, 1): 200, (False, 1): 140}
+_SHARED = {True: 0.5, False: 1.0}
+
+
+def test_time_outside_speculative_rounds_does_not_count_against_a_mode():
+    service = _Service(_RATES)
+    service.run(6, busy_share=_SHARED)
+    modes = service.run(40, busy_share=_SHARED)
+    assert sum(modes) / len(modes) > 0.5  # drafting, but for exploration windows
+    assert service.policy.rates(1) == {True: pytest.approx(200, rel=0.05), False: pytest.approx(140, rel=0.05)}
+
+
+def test_negative_control_rounds_timed_by_the_wall_clock_pick_the_slower_mode():
+    service = _Service(_RATES)
+    service.run(6, busy_share=_SHARED, report_wall_time=True)
+    modes = service.run(40, busy_share=_SHARED, report_wall_time=True)
+    assert sum(modes) / len(modes) < 0.3  # drafting reads as 100 tok/s: the policy stops drafting
