@@ -7,9 +7,14 @@ point lies depends on the models, the device and the acceptance rate, so the ser
 
 Time is cut into windows. In each window every session of the service either drafts (its K, fixed
 or adaptive) or not (K = 0, plain target steps). Per load level (open sessions, in power-of-two
-buckets) the policy keeps the tokens per second each mode delivered (a moving average over its
-windows) and runs the better one, trying the other every `explore_every` windows so that a change
-of workload is noticed. The choice never affects what is generated: any K is lossless.
+buckets) the policy compares the tokens per second of adjacent windows of the two modes and runs
+the mode that wins (a moving average of the log ratio), trying the other every `explore_every`
+windows so that a change of workload is noticed. The choice never affects what is generated: any
+K is lossless.
+
+NOTE: adjacent windows, not each mode's own average: speed per token moves with the workload (a
+long prompt, a growing context, another request starting), by as much as drafting changes it.
+Two windows side by side mostly see the same requests, so their ratio is drafting's effect.
 
 NOTE: a mode's rate is tokens per second of its sessions' own round time, not of wall time: time
 in which no speculative round ran (idle gaps, requests without speculation, prefill queues) would
@@ -18,6 +23,7 @@ otherwise count against whichever mode happened to be on.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -37,8 +43,18 @@ class _Window:
 
 @dataclass
 class _BucketStats:
-    rate: dict[bool, float] = field(default_factory=dict)  # mode (drafting?) -> tokens per second
+    rate: dict[bool, float] = field(default_factory=dict)  # mode (drafting?) -> tokens per second, for reports
+    log_gain: float | None = None  # moving average of log(drafting rate / plain rate) over adjacent windows
     windows_since_explore: int = 0
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """A closed window's rate in the mode it ran."""
+
+    load_bucket: int
+    drafting: bool
+    rate: float
 
 
 def load_bucket(load: int) -> int:
@@ -59,6 +75,7 @@ class LoadAwareSpeculation:
         self.buckets: dict[int, _BucketStats] = {}
         self._lock = threading.Lock()
         self._window = _Window(True, load_bucket(max(1, load())), clock())
+        self._last: _Measured | None = None  # the window before, if it measured anything
 
     def drafting_allowed(self) -> bool:
         """Whether sessions draft this round (called by each session before each round)."""
@@ -90,14 +107,25 @@ class LoadAwareSpeculation:
                 rate = window.tokens[drafting] / window.round_s[drafting]
                 previous = stats.rate.get(drafting)
                 stats.rate[drafting] = rate if previous is None else previous + _RATE_SMOOTHING * (rate - previous)
+        self._compare_with_last(window, stats)
         bucket = load_bucket(max(1, self.load()))
         self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats())), bucket, now)
 
+    def _compare_with_last(self, window: _Window, stats: _BucketStats) -> None:
+        """Fold this window and the one before into the bucket's log gain when they ran different modes."""
+        tokens, round_s = window.tokens[window.drafting], window.round_s[window.drafting]
+        measured = _Measured(window.load_bucket, window.drafting, tokens / round_s) if tokens and round_s > 0 else None
+        last, self._last = self._last, measured  # NOTE: a window that measured nothing (idle) breaks the pairing
+        if measured is None or last is None or last.load_bucket != measured.load_bucket or last.drafting == measured.drafting:
+            return
+        drafting_rate, plain_rate = (measured.rate, last.rate) if measured.drafting else (last.rate, measured.rate)
+        sample = math.log(drafting_rate / plain_rate)
+        stats.log_gain = sample if stats.log_gain is None else stats.log_gain + _RATE_SMOOTHING * (sample - stats.log_gain)
+
     def _next_mode(self, stats: _BucketStats) -> bool:
-        for drafting in (True, False):  # measure both modes at this load first
-            if drafting not in stats.rate:
-                return drafting
-        best = stats.rate[True] >= stats.rate[False]
+        if stats.log_gain is None:  # no comparison at this load yet: alternate until two adjacent windows differ
+            return not self._window.drafting
+        best = stats.log_gain >= 0
         stats.windows_since_explore += 1
         if stats.windows_since_explore >= self.explore_every:
             stats.windows_since_explore = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from specdec.load_policy import LoadAwareSpeculation, load_bucket
@@ -78,3 +80,36 @@ def test_negative_control_rounds_timed_by_the_wall_clock_pick_the_slower_mode():
     service.run(6, busy_share=_SHARED, report_wall_time=True)
     modes = service.run(40, busy_share=_SHARED, report_wall_time=True)
     assert sum(modes) / len(modes) < 0.3  # drafting reads as 100 tok/s: the policy stops drafting
+
+
+class _SlowingService(_Service):
+    """Every token costs more as the context grows (rates fall over time), in both modes alike."""
+
+    def __init__(self, drafting_gain: float) -> None:
+        super().__init__({})
+        self.drafting_gain = drafting_gain
+
+    def run(self, seconds: float, step_s: float = 0.05, busy_share=None, report_wall_time=False) -> list[bool]:
+        modes = []
+        for _ in range(round(seconds / step_s)):
+            drafting = self.policy.drafting_allowed()
+            modes.append(drafting)
+            base = 400 / (1 + self.now / 4)  # halves in 4 s, thirds in 8 s, ...
+            self.now += step_s
+            self.policy.record_round(drafting, base * (self.drafting_gain if drafting else 1.0) * step_s, step_s)
+        return modes
+
+
+def test_a_workload_that_slows_down_does_not_hide_a_20_percent_gain():
+    # A mode's own average would compare drafting now with plain steps measured while tokens were
+    # cheaper; adjacent windows see the same slowdown.
+    service = _SlowingService(drafting_gain=1.2)
+    modes = service.run(60)
+    assert sum(modes) / len(modes) > 0.7
+    assert service.policy.buckets[1].log_gain == pytest.approx(math.log(1.2), abs=0.1)
+
+
+def test_negative_control_a_20_percent_loss_under_the_same_slowdown_stops_drafting():
+    service = _SlowingService(drafting_gain=1 / 1.2)
+    modes = service.run(60)
+    assert sum(modes) / len(modes) < 0.3
