@@ -11,7 +11,9 @@ the guess held (drafting on if fewer are ready), or restores the committed seque
 anew; the KV cache rolls back lazily, as after any rejection.
 
 NOTE: the verifier decides, so outputs never depend on overlap. With greedy, coupled and keyed
-rejection drafting (see model.py) even the blocks are the ones a session without overlap sends.
+rejection drafting (see model.py) even the blocks are the ones a session without overlap sends;
+behind prompt lookup (prompt_lookup.py) a block looked up one token at a time may follow another
+earlier match than one looked up whole.
 """
 
 from __future__ import annotations
