@@ -123,8 +123,10 @@ class LoadAwareSpeculation:
         stats.log_gain = sample if stats.log_gain is None else stats.log_gain + _RATE_SMOOTHING * (sample - stats.log_gain)
 
     def _next_mode(self, stats: _BucketStats) -> bool:
-        if stats.log_gain is None:  # no comparison at this load yet: alternate until two adjacent windows differ
-            return not self._window.drafting
+        if stats.log_gain is None:
+            # No comparison at this load yet: draft first (also after an idle start), then alternate
+            # until two adjacent windows have measured both modes.
+            return self._last is None or not self._last.drafting
         best = stats.log_gain >= 0
         stats.windows_since_explore += 1
         if stats.windows_since_explore >= self.explore_every:

@@ -53,6 +53,12 @@ def test_keeps_exploring_so_a_changed_workload_is_noticed():
     assert sum(service.run(20)) / 400 > 0.7
 
 
+def test_a_fresh_service_drafts_first_even_after_an_idle_start():
+    service = _Service({(True, 1): 200, (False, 1): 100})
+    service.now += 30  # the first request arrives long after the service started
+    assert service.run(0.5) == [True] * 10
+
+
 def test_idle_windows_teach_nothing():
     service = _Service({(True, 1): 100, (False, 1): 100})
     service.run(2.5)
