@@ -9,7 +9,8 @@ Time is cut into windows. In each window every session of the service either dra
 or adaptive) or not (K = 0, plain target steps). Per load level (open sessions, in power-of-two
 buckets) the policy compares the tokens per second of adjacent windows of the two modes and runs
 the mode that wins (a moving average of the log ratio), trying the other every `explore_every`
-windows so that a change of workload is noticed. The choice never affects what is generated: any
+windows so that a change of workload is noticed (up to 4x less often while explorations keep
+confirming the choice). The choice never affects what is generated: any
 K is lossless.
 
 NOTE: adjacent windows, not each mode's own average: speed per token moves with the workload (a
@@ -30,6 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 _RATE_SMOOTHING = 0.5
+# An exploration that confirms the choice doubles the windows until the next, up to this many times
+# `explore_every`: each exploration costs a window in the slower mode.
+_MAX_EXPLORE_BACKOFF = 4
 
 
 @dataclass
@@ -46,6 +50,9 @@ class _BucketStats:
     rate: dict[bool, float] = field(default_factory=dict)  # mode (drafting?) -> tokens per second, for reports
     log_gain: float | None = None  # moving average of log(drafting rate / plain rate) over adjacent windows
     windows_since_explore: int = 0
+    explore_interval: int = 0  # windows between explorations; 0: the policy's base
+    best: bool | None = None  # the mode chosen last
+    explored: bool = False  # the window now closing ran the other mode
 
 
 @dataclass(frozen=True)
@@ -128,8 +135,15 @@ class LoadAwareSpeculation:
             # until two adjacent windows have measured both modes.
             return self._last is None or not self._last.drafting
         best = stats.log_gain >= 0
+        interval = stats.explore_interval or self.explore_every
+        if stats.best is not None and best != stats.best:
+            interval = self.explore_every  # the better mode changed: look again soon
+        elif stats.explored:
+            interval = min(2 * interval, _MAX_EXPLORE_BACKOFF * self.explore_every)  # confirmed: look less often
+        stats.explore_interval, stats.best, stats.explored = interval, best, False
         stats.windows_since_explore += 1
-        if stats.windows_since_explore >= self.explore_every:
+        if stats.windows_since_explore >= interval:
             stats.windows_since_explore = 0
+            stats.explored = True
             return not best
         return best

@@ -59,6 +59,15 @@ def test_a_fresh_service_drafts_first_even_after_an_idle_start():
     assert service.run(0.5) == [True] * 10
 
 
+def test_explorations_that_confirm_the_choice_become_rarer():
+    service = _Service({(True, 1): 200, (False, 1): 100})
+    service.run(20)
+    modes = service.run(200)
+    # explore_every=4 would spend a quarter of the windows in the slower mode; backed off, at most 1 in 16.
+    assert 1 - sum(modes) / len(modes) < 0.1
+    assert service.policy.buckets[1].explore_interval == 16
+
+
 def test_idle_windows_teach_nothing():
     service = _Service({(True, 1): 100, (False, 1): 100})
     service.run(2.5)
