@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import torch
 
-from specdec.bench import DEFAULT_PROMPTS, load_prompts, round_robin
+from specdec.bench import DEFAULT_PROMPTS, load_prompts
 from specdec.default_models import pair_or_default
 from specdec.drafters.ngram import lookup_continuation
 from specdec.models import load_model
@@ -24,7 +24,6 @@ from specdec.prompts import encode_chat
 WAYS = ("draft model", "lookup min 1", "lookup min 2", "lookup 1 + model", "lookup 2 + model")
 
 
-@torch.no_grad()
 def proposals(target_ids: list[int], prompt_len: int, draft_argmax: torch.Tensor) -> dict[str, list[bool]]:
     """Per way, whether its proposal at each answer position after the first equals the target's token."""
     hits = defaultdict(list)
@@ -48,7 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     target, draft = (load_model(path, device="cpu", dtype="float32") for path in pair_or_default(args.target, args.draft))
     by_category: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
-    for prompt in round_robin(load_prompts(DEFAULT_PROMPTS, None, 10_000))[: args.prompts]:
+    for prompt in load_prompts(DEFAULT_PROMPTS, None, args.prompts):  # round-robin over the categories, as bench takes them
         prompt_ids = torch.tensor([encode_chat(target.tokenizer, prompt.messages)])
         with torch.no_grad():
             sequence = target.model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), max_new_tokens=args.max_tokens,

@@ -57,11 +57,16 @@ def point_mass_block(candidates: list[int]) -> DraftBlock:
 
 def lookup_continuation(token_ids: Sequence[int], num_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:
     """The up-to-`num_tokens` tokens after the latest earlier match of the longest suffix n-gram."""
-    if num_tokens <= 0:
+    if num_tokens <= 0 or len(token_ids) < 2:
         return []
-    for size in range(min(max_ngram, len(token_ids) - 1), min_ngram - 1, -1):
-        suffix = list(token_ids[-size:])
-        for start in range(len(token_ids) - size - 1, -1, -1):
-            if list(token_ids[start : start + size]) == suffix:
-                return list(token_ids[start + size : start + size + num_tokens])
+    tokens = list(token_ids)
+    length = len(tokens)
+    # Every earlier match ends on an occurrence of the last token: find those once, latest first,
+    # rather than slicing at every position for every n (this runs each round, over long contexts).
+    ends = [end for end in range(length - 2, -1, -1) if tokens[end] == tokens[-1]]
+    for size in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        suffix = tokens[length - size :]
+        for end in ends:
+            if end >= size - 1 and tokens[end - size + 1 : end + 1] == suffix:
+                return tokens[end + 1 : end + 1 + num_tokens]
     return []
