@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
 from pathlib import Path
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gateway.admission import Admission, RateLimiter
-from gateway.auth import ApiKeys, ClientAllowList
+from gateway.auth import ApiKeys, AuditKeyIds, ClientAllowList
 from gateway.choices import Completion, open_streams, run_all
 from gateway.errors import OpenAIError, bad_request
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
-from gateway.streaming import stream_events
+from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.upstream import Upstream
 from specdec.config import SpecdecConfig
 from specdec.metrics import ServiceMetrics
@@ -34,6 +33,7 @@ class Gateway:
         self.admission = Admission(settings.max_concurrent_requests, settings.max_queue, settings.queue_timeout_s)
         self.rates = RateLimiter(settings.rate_limit_rpm, settings.rate_limit_tpm)
         self.keys = ApiKeys.from_environment(settings.api_keys_file)
+        self.key_ids = AuditKeyIds.from_environment(settings.audit_secret_file)
         self.allow_list = ClientAllowList(settings.allowed_cidrs)
         self.metrics = ServiceMetrics("gateway")
         self.metrics.running.set_function(lambda: self.admission.running)
@@ -54,7 +54,7 @@ class Gateway:
         self.allow_list.check(request)
         if self.keys.enabled:
             key = self.keys.authenticate(request.headers.get("authorization"))
-            request.state.key_id = "key-" + hashlib.sha256(key.encode()).hexdigest()[:12]  # never the key itself
+            request.state.key_id = self.key_ids.of(key)  # never the key itself
             return key
         return request.client.host if request.client else "anonymous"
 
@@ -90,7 +90,7 @@ class Gateway:
             http.state.audit["prompt"] = request.model_dump(include={"messages", "prompt"})
         completion = Completion(request, model)
         if not request.stream:
-            async with self.admission.slot() as queued_s:
+            async with self.admission.slot(request.n) as queued_s:
                 self.metrics.queue_time.observe(queued_s)
                 choices = await run_all(self.upstream, request)
                 body = completion.response(choices)
@@ -101,7 +101,7 @@ class Gateway:
             return JSONResponse(body)
         # A stream holds its slot until the last event (or the client's disconnect): see finish().
         stack = contextlib.AsyncExitStack()
-        self.metrics.queue_time.observe(await stack.enter_async_context(self.admission.slot()))
+        self.metrics.queue_time.observe(await stack.enter_async_context(self.admission.slot(request.n)))
         try:
             opened = await open_streams(self.upstream, request)
         except BaseException:
@@ -116,7 +116,7 @@ class Gateway:
             self.audit(http, status)
 
         events = stream_events(completion, opened, finish)
-        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return ClosingStreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def _account(self, identity: str, usage: dict, stats: dict, http: Request) -> None:
         self.rates.record_tokens(identity, usage["completion_tokens"])

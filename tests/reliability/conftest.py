@@ -8,6 +8,9 @@ import pytest
 from service_support import CHAT, LONG_GREEDY, ServiceProcess, free_port, grpc_serving, http_ok, scrape, wait_until
 
 START_TIMEOUT_S = 120  # three processes importing torch on 2 busy cores
+# Verify admits 16 sessions and the gateway 16 generations: the hostile-client tests fill them with
+# a few streams instead of 64 (tests/reliability/test_hostile_*.py).
+MAX_SESSIONS = 16
 
 
 class LoopbackStack:
@@ -17,12 +20,15 @@ class LoopbackStack:
         self.draft = ServiceProcess("draft", ["--draft", str(pair.draft), "--port", str(ports["draft"]),
                                               "--metrics-port", str(ports["draft_metrics"])], directory / "draft.log")
         self.verify = ServiceProcess("verify", ["--target", str(pair.target), "--port", str(ports["verify"]),
-                                                "--metrics-port", str(ports["verify_metrics"]), "--draft-endpoint", f"127.0.0.1:{ports['draft']}"],
+                                                "--metrics-port", str(ports["verify_metrics"]), "--draft-endpoint", f"127.0.0.1:{ports['draft']}",
+                                                "--max-sessions", str(MAX_SESSIONS)],
                                      directory / "verify.log")
         # connect timeout 1 s: "verify is gone" must be a fast 503, not a 2 s wait per request
         self.gateway = ServiceProcess("gateway", ["--port", str(ports["gateway"]), "--verify-endpoint", f"127.0.0.1:{ports['verify']}"],
-                                      directory / "gateway.log", env={"SPECDEC_SERVING__UPSTREAM_CONNECT_TIMEOUT_S": "1"})
+                                      directory / "gateway.log", env={"SPECDEC_SERVING__UPSTREAM_CONNECT_TIMEOUT_S": "1",
+                                                                         "SPECDEC_SERVING__MAX_CONCURRENT_REQUESTS": str(MAX_SESSIONS)})
         self.url = f"http://127.0.0.1:{ports['gateway']}"
+        self.max_sessions = MAX_SESSIONS
 
     @property
     def processes(self) -> dict[str, ServiceProcess]:

@@ -1,0 +1,84 @@
+"""A draft + verify + gateway stack on 127.0.0.1 for the benchmark scripts (soak.py, hostile_load.py):
+started by the very start sequence of `specdec up`, with each service's RSS and live-session gauge."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import yaml
+
+from specdec.launcher import Stack, UpPlan, start_all
+from specdec.tiny_pair import make_tiny_pair
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Services:
+    """The running stack: URLs, RSS per process and the live-session gauge each service exports."""
+
+    def __init__(self, stack: Stack, plan: UpPlan) -> None:
+        self.pids = {name: process.pid for name, process in stack.children}
+        self.url = f"http://127.0.0.1:{plan.gateway_port}"
+        self.verify_address = f"127.0.0.1:{plan.verify_port}"
+        self.metrics = {"draft": f"http://127.0.0.1:{plan.draft_metrics_port}/metrics",
+                        "verify": f"http://127.0.0.1:{plan.verify_metrics_port}/metrics", "gateway": f"{self.url}/metrics"}
+
+    def rss(self) -> dict[str, float]:
+        return {name: round(rss_mib(pid), 1) for name, pid in self.pids.items()}
+
+    def sessions(self) -> dict[str, float]:
+        values = {}
+        for name, url in self.metrics.items():
+            lines = httpx.get(url, timeout=5).text.splitlines()
+            values[name] = next(float(line.split()[1]) for line in lines if line.startswith("specdec_requests_running "))
+        return values
+
+    def wait_idle(self, timeout_s: float = 15.0) -> dict[str, float]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            sessions = self.sessions()
+            if not any(sessions.values()) or time.monotonic() > deadline:
+                return sessions
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def loopback_stack(target: str | None, draft: str | None, **sections: dict) -> Iterator[Services]:
+    """The stack on free loopback ports, with the tiny random pair when `target` is None; `sections`
+    are config sections merged over the defaults (e.g. serving={"max_concurrent_requests": 4})."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per service, as on separate hosts
+    with tempfile.TemporaryDirectory(prefix="specdec-bench-") as directory:
+        if target is None:  # the tiny random pair, built in seconds
+            pair = make_tiny_pair(Path(directory) / "pair")
+            target, draft = str(pair.target), str(pair.draft)
+        config = {"model": {"target_path": target, "draft_path": draft}, "observability": {"log_level": "warning"}}
+        for name, values in {"serving": {}, "draft_service": {}, "verify_service": {}, **sections}.items():
+            config[name] = {"host": "127.0.0.1", **values} if name in ("serving", "draft_service", "verify_service") else values
+        path = Path(directory) / "bench.yaml"
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        plan = UpPlan(config_file=str(path), target=None, draft=None, draft_method=None, gateway_port=free_port(), draft_port=free_port(),
+                      verify_port=free_port(), draft_metrics_port=free_port(), verify_metrics_port=free_port())
+        stack = Stack()
+        try:
+            start_all(stack, plan)
+            yield Services(stack, plan)
+        finally:
+            stack.stop()
