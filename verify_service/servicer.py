@@ -45,10 +45,10 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.drafter: RemoteDrafter | None = None
         self.fingerprint = ""
         self.metrics = metrics or ServiceMetrics("verify")
-        self.sessions = SessionLimit(config.verify_service.max_sessions, self.metrics)
-        self.executor = ThreadPoolExecutor(max_workers=min(32, config.verify_service.max_sessions), thread_name_prefix="verify")
-        self.prep = ThreadPoolExecutor(max_workers=PREP_WORKERS, thread_name_prefix="verify-prep")
         settings = config.verify_service
+        self.sessions = SessionLimit(settings.max_sessions, self.metrics)
+        self.executor = ThreadPoolExecutor(max_workers=min(32, settings.max_sessions), thread_name_prefix="verify")
+        self.prep = ThreadPoolExecutor(max_workers=PREP_WORKERS, thread_name_prefix="verify-prep")
         self.streams = StreamGate(settings.stream_idle_timeout_s, settings.max_unopened_streams_per_peer, "verify_service")
         self.max_prompt_chars = 0  # set with the target
 

@@ -38,7 +38,7 @@ def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str
     up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", *extra, *arguments], env=env,
                           stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     try:
-        yield _read_until(up, "specdec is up", timeout=timeout, log=tmp_path / "up.log")
+        yield _read_until(up, "\"max_tokens\": 32", timeout=timeout, log=tmp_path / "up.log")  # the banner, to its curl line
     finally:
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0
@@ -63,7 +63,8 @@ def _listening_addresses(port: int) -> set[str]:
                 local, state = line.split()[1], line.split()[3]
                 address, port_hex = local.split(":")
                 if state == "0A" and int(port_hex, 16) == port:  # 0A: LISTEN
-                    addresses.add(str(ipaddress.ip_address(bytes.fromhex(address)[::-1] if len(address) == 8 else _ipv6(address))))
+                    ip = ipaddress.ip_address(bytes.fromhex(address)[::-1] if len(address) == 8 else _ipv6(address))
+                    addresses.add(str(getattr(ip, "ipv4_mapped", None) or ip))  # gRPC listens on ::ffff:127.0.0.1
     return addresses
 
 
