@@ -27,7 +27,7 @@ def client(gateway_url):
     (CHAT, {"n": 10**40}, "n"),
     (CHAT, {"n": 0}, "n"),
     (CHAT, {"max_tokens": 10**40}, "max_tokens"),
-    (CHAT, {"max_completion_tokens": 2**63}, "max_tokens"),
+    (CHAT, {"max_completion_tokens": 2**63}, "max_completion_tokens"),
     (CHAT, {"logprobs": True, "top_logprobs": 10**9}, "top_logprobs"),
     (COMPLETIONS, {"logprobs": 10**9}, "logprobs"),
     (CHAT, {"seed": 2**64}, "seed"),
