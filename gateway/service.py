@@ -19,6 +19,7 @@ from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.upstream import Upstream
 from specdec.config import SpecdecConfig
 from specdec.metrics import ServiceMetrics
+from specdec.v1 import common_pb2
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("specdec.audit")
@@ -40,6 +41,7 @@ class Gateway:
         self.metrics.waiting.set_function(lambda: self.admission.waiting)
         self.log_content = config.observability.log_content
         self._model_names: tuple[str, ...] | None = None
+        self._status: common_pb2.ServerStatus | None = None  # verify's, read once
 
     async def start(self) -> None:
         # grpc.aio channels belong to the loop that creates them: this must run on uvicorn's.
@@ -58,11 +60,15 @@ class Gateway:
             return key
         return request.client.host if request.client else "anonymous"
 
+    async def _served(self) -> common_pb2.ServerStatus:
+        if self._status is None:
+            self._status = await self.upstream.status()
+        return self._status
+
     async def model_names(self) -> tuple[str, ...]:
         """The id clients use (served_model_name, or the target's name), then aliases."""
         if self._model_names is None:
-            status = await self.upstream.status()
-            source = status.model.rstrip("/")
+            source = (await self._served()).model.rstrip("/")
             names = [self.settings.served_model_name or Path(source).name or source, source]
             self._model_names = tuple(dict.fromkeys(name for name in names if name))
         return self._model_names
@@ -80,6 +86,7 @@ class Gateway:
         limit, asked = self.settings.max_tokens_limit, request.requested_max_tokens
         if asked is not None and asked > limit:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
+        _check_prompt_length(request, await self._served())
         return names[0]
 
     async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):
@@ -135,3 +142,24 @@ class Gateway:
         self.metrics.requests.labels(str(status)).inc()
         self.metrics.e2e_latency.observe(time.perf_counter() - http.state.started)
         audit_log.info("request", extra={"fields": fields})
+
+
+def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, status: common_pb2.ServerStatus) -> None:
+    """Verify's refusal of a prompt that cannot fit (verify_service/requests.py), made before the gRPC
+    request is built: a prompt of megabytes then costs its parsing here and nothing more."""
+    if not status.max_prompt_chars:  # a verify service that does not report its bound
+        return
+    chat = isinstance(request, ChatCompletionRequest)
+    param = "messages" if chat else "prompt"
+    if chat or isinstance(request.prompt, str):
+        parts = [message.text() for message in request.messages] if chat else [request.prompt]
+        count, size = (len(parts) if chat else 0), sum(map(len, parts))
+    else:
+        count, size = len(request.prompt), 0
+    if count > status.max_context:
+        what = f"{count} {'messages' if chat else 'tokens'}"
+    elif size > status.max_prompt_chars:
+        what = f"{size} characters (at most {status.max_prompt_chars})"
+    else:
+        return
+    raise bad_request(f"{param}: {what} cannot fit in the model's context of {status.max_context} tokens; shorten the prompt", param)

@@ -180,6 +180,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         if target is not None:
             status.model, status.vocab_size, status.device = target.source, target.vocab_size, str(target.device)
             status.vocab_fingerprint, status.max_context = self.fingerprint, target.max_context
+            status.max_prompt_chars = self.max_prompt_chars
         return status
 
 
