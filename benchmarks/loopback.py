@@ -69,9 +69,12 @@ def loopback_stack(target: str | None, draft: str | None, **sections: dict) -> I
         if target is None:  # the tiny random pair, built in seconds
             pair = make_tiny_pair(Path(directory) / "pair")
             target, draft = str(pair.target), str(pair.draft)
-        config = {"model": {"target_path": target, "draft_path": draft}, "observability": {"log_level": "warning"}}
-        for name, values in {"serving": {}, "draft_service": {}, "verify_service": {}, **sections}.items():
-            config[name] = {"host": "127.0.0.1", **values} if name in ("serving", "draft_service", "verify_service") else values
+        # All on loopback; the clients ask for model "target" whatever the pair.
+        config = {"model": {"target_path": target, "draft_path": draft}, "observability": {"log_level": "warning"},
+                  "serving": {"host": "127.0.0.1", "served_model_name": "target"}, "draft_service": {"host": "127.0.0.1"},
+                  "verify_service": {"host": "127.0.0.1"}}
+        for name, values in sections.items():
+            config[name] = {**config.get(name, {}), **values}
         path = Path(directory) / "bench.yaml"
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         plan = UpPlan(config_file=str(path), target=None, draft=None, draft_method=None, gateway_port=free_port(), draft_port=free_port(),

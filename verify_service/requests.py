@@ -16,9 +16,10 @@ from specdec.v1 import verify_pb2
 VERIFY_MAX_CANDIDATES = 64
 
 
-def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, max_chars: int) -> None:
+def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, max_chars: int) -> int:
     """Refuse a prompt that cannot fit in the context from its length alone, before tokenizing it
-    (`max_chars`: specdec.prompts.max_prompt_chars); O(number of messages), cheap on the event loop."""
+    (`max_chars`: specdec.prompts.max_prompt_chars); O(number of messages), cheap on the event loop.
+    Returns the characters there are to tokenize."""
     kind = options.WhichOneof("prompt")
     if kind == "token_ids":
         size, limit, unit, field = len(options.token_ids.ids), max_context, "tokens", "options.token_ids"
@@ -32,6 +33,7 @@ def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, m
     if size > limit:
         raise InvalidRequestError(field, f"{size} {unit} cannot fit in the model's context of {max_context} tokens "
                                          f"(at most {limit} {unit}); shorten the prompt")
+    return size if unit == "characters" else 0
 
 
 def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: LoadedModel) -> list[int]:

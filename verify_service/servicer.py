@@ -34,6 +34,7 @@ from verify_service.responses import generate_response, verify_response
 
 log = logging.getLogger(__name__)
 PREP_WORKERS = 2  # tokenizing and checking requests: off the event loop, and apart from the generation workers
+LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time: short ones always find a free prep worker
 
 
 class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
@@ -50,6 +51,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.executor = ThreadPoolExecutor(max_workers=min(32, settings.max_sessions), thread_name_prefix="verify")
         self.prep = ThreadPoolExecutor(max_workers=PREP_WORKERS, thread_name_prefix="verify-prep")
         self.streams = StreamGate(settings.stream_idle_timeout_s, settings.max_unopened_streams_per_peer, "verify_service")
+        self.large_prompts = asyncio.Semaphore(1)
         self.max_prompt_chars = 0  # set with the target
 
     def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
@@ -75,8 +77,11 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     async def _generation_request(self, options: verify_pb2.GenerationOptions, target: LoadedModel, context, **overrides):
         """Check the prompt's size (cheap, here), then tokenize and validate in a prep worker."""
         try:
-            check_prompt_size(options, target.max_context, self.max_prompt_chars)
-            return await run_in_thread(self.prep, functools.partial(generation_request, options, target, self.config, **overrides))
+            prepare = functools.partial(generation_request, options, target, self.config, **overrides)
+            if check_prompt_size(options, target.max_context, self.max_prompt_chars) < LARGE_PROMPT_CHARS:
+                return await run_in_thread(self.prep, prepare)
+            async with self.large_prompts:
+                return await run_in_thread(self.prep, prepare)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
 
