@@ -16,15 +16,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
-import statistics
 import sys
 import time
-from pathlib import Path
 
 import httpx
 from hostile_clients import hostile_failures, oversized_body, oversized_prompts
-from loopback import loopback_stack
+from loopback import loopback_stack, percentiles, report
 
 SMALL = {"model": "target", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 4, "temperature": 0}
 
@@ -53,18 +50,12 @@ async def _phase(url: str, duration: float, hostile_clients: int, body: bytes) -
     tasks += [oversized_prompts(url, deadline, hostile, body) for _ in range(hostile_clients)]
     await asyncio.gather(*tasks)
     answered = sum(count for outcome, count in hostile.items() if outcome != "oversized_seconds")
-    return {"small_requests": _percentiles(latencies), "ready": dict(ready), "hostile": dict(hostile),
+    return {"small_requests": percentiles(latencies), "ready": dict(ready), "hostile": dict(hostile),
             "hostile_mean_s": round(hostile["oversized_seconds"] / answered, 3) if answered else None,
             "problems": failures[:10] + [f"/ready answered {status} x{count}" for status, count in ready.items() if status != "200"]
             + [f"hostile request got {failure}" for failure in hostile_failures(hostile)]}
 
 
-def _percentiles(values: list[float]) -> dict:
-    if len(values) < 2:
-        return {"count": len(values)}
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return {"count": len(values), "p50_ms": round(cuts[49] * 1000, 1), "p90_ms": round(cuts[89] * 1000, 1),
-            "p99_ms": round(cuts[98] * 1000, 1), "max_ms": round(max(values) * 1000, 1)}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -88,12 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", help="draft model (default: the tiny pair's)")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
-    report = run(args)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
-    return 0 if report["ok"] else 1
+    return report(run(args), args.json)
 
 
 if __name__ == "__main__":

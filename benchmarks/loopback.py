@@ -1,11 +1,14 @@
-"""A draft + verify + gateway stack on 127.0.0.1 for the benchmark scripts (soak.py, hostile_load.py):
-started by the very start sequence of `specdec up`, with each service's RSS and live-session gauge."""
+"""What the service benchmarks share (soak.py, hostile_load.py): a draft + verify + gateway stack on
+127.0.0.1, started by the very start sequence of `specdec up`, with each service's RSS and
+live-session gauge; latency percentiles; the JSON report."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -85,3 +88,21 @@ def loopback_stack(target: str | None, draft: str | None, **sections: dict) -> I
             yield Services(stack, plan)
         finally:
             stack.stop()
+
+
+def percentiles(values: list[float]) -> dict:
+    """p50 / p90 / p99 / max in milliseconds."""
+    if len(values) < 2:
+        return {"count": len(values)}
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {"count": len(values), "p50_ms": round(cuts[49] * 1000, 2), "p90_ms": round(cuts[89] * 1000, 2),
+            "p99_ms": round(cuts[98] * 1000, 2), "max_ms": round(max(values) * 1000, 2)}
+
+
+def report(result: dict, json_path: str | None) -> int:
+    """Print the report (and write it to `json_path`); the exit status: 0 when result["ok"]."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if json_path:
+        Path(json_path).write_text(text + "\n", encoding="utf-8")
+    return 0 if result["ok"] else 1

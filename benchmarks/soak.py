@@ -23,14 +23,12 @@ import asyncio
 import collections
 import json
 import random
-import statistics
 import sys
 import time
-from pathlib import Path
 
 import httpx
 from hostile_clients import hostile_failures, idle_verify_streams, oversized_body, oversized_prompts, slow_readers
-from loopback import Services, loopback_stack  # the very start sequence of `specdec up`
+from loopback import Services, loopback_stack, percentiles, report  # the very start sequence of `specdec up`
 
 LENGTHS = (8, 32, 128)  # max_tokens mix: short chat turns to longer answers
 PROMPTS = ("Hi!", "Tell me a long story about a lighthouse keeper.", "List three uses of copper and explain each one briefly.")
@@ -110,11 +108,6 @@ def _hostile_clients(services: Services, deadline: float, tally: collections.Cou
     ]
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if len(values) < 2:
-        return {"count": len(values)}
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return {"count": len(values), "p50_ms": round(cuts[49] * 1000, 2), "p90_ms": round(cuts[89] * 1000, 2), "p99_ms": round(cuts[98] * 1000, 2)}
 
 
 def _warm_up(url: str) -> None:
@@ -145,7 +138,7 @@ def _report(args, tally: dict, before: dict, peak: dict, after: dict, sessions_a
     return {
         "clients": args.clients, "duration_s": args.duration, "completed": tally["completed"], "failed": tally["failed"],
         "rejected_429": tally["rejected_429"], "errors": sorted(set(tally["errors"]))[:20],
-        "ttft": _percentiles(tally["ttft"]), "itl": _percentiles(tally["itl"]),
+        "ttft": percentiles(tally["ttft"]), "itl": percentiles(tally["itl"]),
         "rss_mib": {"before": before, "peak": peak, "after": after, "growth": growth},
         "hostile": {outcome: round(count, 2) for outcome, count in sorted(tally["hostile"].items())},
         "sessions_after": sessions_after, "problems": problems, "ok": not problems and tally["completed"] > 0,
@@ -165,12 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hostile", action="store_true", help="mix in hostile clients: maximum-size prompts, a slow reader, idle Verify streams")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
-    report = run(args)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
-    return 0 if report["ok"] else 1
+    return report(run(args), args.json)
 
 
 if __name__ == "__main__":
