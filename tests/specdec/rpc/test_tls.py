@@ -247,3 +247,16 @@ def test_healthcheck_presents_the_services_own_certificate_without_a_client_one(
         assert _healthcheck("draft", server.port, tls, tmp_path) == 0
     finally:
         service_loop.run(server.stop(0))
+
+
+def test_healthcheck_loads_without_torch():
+    """Container probes start a fresh process every interval, on a host busy loading models: importing torch
+    (seconds) there had pushed `specdec healthcheck` past the health check's timeout."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from specdec.cli import main; "
+            "rc = main(['healthcheck', 'draft', '--address', '127.0.0.1:1', '--timeout', '1']); "
+            "print(rc, sorted(name for name in ('torch', 'transformers') if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split("\n")[-2] == "1 []", result.stdout + result.stderr
