@@ -142,7 +142,13 @@ async def run_until_signalled(server, grace_seconds: float, name: str, announce_
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:
+        # A model that fails to load (bad path, no memory) ends the process with its one-line error; stopping
+        # the bound server here keeps the loop's teardown from adding a traceback after it.
+        await server.stop(0)
+        raise
     await stop.wait()
     log.info("%s draining: NOT_SERVING now, refusing new calls in %.1fs, in-flight streams get %.0fs", name, announce_seconds, grace_seconds)
     await set_serving(server.health, server.service_names, False)
