@@ -106,8 +106,9 @@ def make_draft(args: argparse.Namespace) -> int:
 
     from specdec.bundled import BUNDLED_MODELS, bundled_model_path
     from specdec.default_models import TARGET_NAME, models_dir
-    from specdec.make_draft import make_draft as build
+    from specdec.make_draft import check_quant_type, make_draft as build
 
+    check_quant_type(args.type)
     target = args.target or TARGET_NAME
     bundled = target in BUNDLED_MODELS and not Path(target).exists()
     source = bundled_model_path(target) if bundled else Path(target)

@@ -14,13 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
-
 from specdec.errors import DraftConversionError
 from specdec.make_draft.quantize import QUANT_TYPES, check_quant_type, import_llama_cpp, quantize_gguf
 
-__all__ = ["QUANT_TYPES", "MadeDraft", "make_draft"]
-_UNQUANTIZED = {gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16}
+__all__ = ["QUANT_TYPES", "MadeDraft", "check_quant_type", "make_draft"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,7 @@ def make_draft(source: Path, quant_type: str, out: Path, threads: int | None = N
         if source.is_dir():
             _from_hf(source, partial, quant_type, threads)
         else:
-            quantize_gguf(source, partial, quant_type, threads, requantize=_is_quantized(source))
+            quantize_gguf(source, partial, quant_type, threads)
         partial.chmod(0o644)
         os.replace(partial, out)
     return MadeDraft(out, out.stat().st_size, time.perf_counter() - started)
@@ -68,14 +65,3 @@ def _load_tokenizer(model_dir: Path):
         return AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError) as error:
         raise DraftConversionError(f"cannot load the tokenizer of {model_dir}: {error}") from error
-
-
-def _is_quantized(path: Path) -> bool:
-    """Whether any weight of the GGUF at `path` is quantized; a one-line error when it is no GGUF."""
-    try:
-        reader = gguf.GGUFReader(path)
-    except (OSError, ValueError, IndexError, KeyError) as error:  # the reader's ways of meeting a damaged file
-        raise DraftConversionError(f"{path} is not a readable GGUF file: {error}") from error
-    if not reader.tensors:
-        raise DraftConversionError(f"{path} is a GGUF without weights")
-    return any(tensor.tensor_type not in _UNQUANTIZED for tensor in reader.tensors)

@@ -17,7 +17,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
 from specdec.errors import DraftConversionError
@@ -151,7 +151,7 @@ def _plan(model_dir: Path, shape: LlamaShape) -> list[_Tensor]:
                         raise DraftConversionError(f"unexpected tensor {hf_name} in {file}: not part of a Llama model")
                     piece = weights.get_slice(hf_name)
                     tensors.append(_Tensor(hf_name, gguf_name, file, tuple(piece.get_shape()), _written_dtype(piece.get_dtype(), gguf_name)))
-        except (OSError, RuntimeError, ValueError) as error:  # safetensors reports a damaged file as one of these
+        except (OSError, SafetensorError) as error:
             raise DraftConversionError(f"cannot read {file}: {error}") from error
     return tensors
 
@@ -164,8 +164,11 @@ def _written_dtype(stored: str, gguf_name: str) -> np.dtype:
 
 
 def _prepared(tensor: _Tensor, shape: LlamaShape) -> np.ndarray:
-    with safe_open(tensor.file, framework="pt") as weights:
-        data = weights.get_tensor(tensor.hf_name)
+    try:
+        with safe_open(tensor.file, framework="pt") as weights:
+            data = weights.get_tensor(tensor.hf_name)
+    except (OSError, SafetensorError) as error:
+        raise DraftConversionError(f"cannot read {tensor.hf_name} from {tensor.file}: {error}") from error
     if tensor.gguf_name.endswith(("attn_q.weight", "attn_q.bias")):
         data = _interleave_rope_halves(data, shape.head_count)
     elif tensor.gguf_name.endswith(("attn_k.weight", "attn_k.bias")):

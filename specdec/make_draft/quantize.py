@@ -27,6 +27,7 @@ QUANT_TYPES = {
     "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
 }
 _TENSOR_LINE = re.compile(rb"\[\s*(\d+)/\s*(\d+)\]")
+_LOG_PREFIX = re.compile(r"^(?:\w+: |failed to quantize: )+")  # "llama_model_quantize: failed to quantize: ..."
 _GGML_LOG_LEVEL_ERROR, _GGML_LOG_LEVEL_CONT = 4, 5
 
 
@@ -61,7 +62,7 @@ class LlamaLog:
         self.on_text(text or b"")
 
     def reason(self) -> str:
-        return next((line for line in reversed(self.errors) if line), "no reason given")
+        return "; ".join(_LOG_PREFIX.sub("", line) for line in self.errors if line) or "no reason given"
 
 
 @contextmanager
@@ -87,16 +88,18 @@ def _follow_tensor_lines(bar: tqdm) -> Callable[[bytes], None]:
     return on_text
 
 
-def quantize_gguf(source: Path, out: Path, quant_type: str, threads: int | None = None, requantize: bool = False) -> None:
+def quantize_gguf(source: Path, out: Path, quant_type: str, threads: int | None = None) -> None:
     """Write `source` quantized to `quant_type` at `out`, through llama.cpp (any architecture it knows).
 
-    `requantize`: the source's weights are already quantized (llama.cpp then dequantizes them first).
+    llama.cpp checks the file as it loads it (magic, header, tensor bounds): its error lines make the message.
     """
     llama_cpp = import_llama_cpp()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, QUANT_TYPES[check_quant_type(quant_type)])
     params.nthread = threads or os.cpu_count() or 1
-    params.allow_requantize = requantize
+    # NOTE: an already quantized source (the default target's Q4_1) is dequantized, then quantized again;
+    # llama.cpp refuses that unless asked, since the rounding compounds. For a draft that is the point.
+    params.allow_requantize = True
     with tqdm(desc=f"quantizing to {quant_type}", unit="tensor", disable=None) as bar, \
             captured_llama_log(LlamaLog(_follow_tensor_lines(bar))) as log:
         status = llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
