@@ -150,7 +150,8 @@ def _plan(model_dir: Path, shape: LlamaShape) -> list[_Tensor]:
                     if gguf_name is None:
                         raise DraftConversionError(f"unexpected tensor {hf_name} in {file}: not part of a Llama model")
                     piece = weights.get_slice(hf_name)
-                    tensors.append(_Tensor(hf_name, gguf_name, file, tuple(piece.get_shape()), _written_dtype(piece.get_dtype(), gguf_name)))
+                    written = _written_dtype(piece.get_dtype(), gguf_name)
+                    tensors.append(_Tensor(hf_name, gguf_name, file, tuple(piece.get_shape()), written))
         except (OSError, SafetensorError) as error:
             raise DraftConversionError(f"cannot read {file}: {error}") from error
     return tensors

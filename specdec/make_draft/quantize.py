@@ -51,18 +51,19 @@ class LlamaLog:
     """llama.cpp's log while make-draft calls it: kept off the terminal, error lines kept for messages."""
 
     on_text: Callable[[bytes], None] = lambda text: None
-    errors: list[str] = field(default_factory=list)
+    error_text: list[bytes] = field(default_factory=list)  # error lines, as fragments (a line may come in several)
     _in_error: bool = False
 
     def __call__(self, level: int, text: bytes, user_data) -> None:
         if level != _GGML_LOG_LEVEL_CONT:
             self._in_error = level == _GGML_LOG_LEVEL_ERROR
         if self._in_error:
-            self.errors.append(text.decode("utf-8", errors="replace").strip())
+            self.error_text.append(text or b"")
         self.on_text(text or b"")
 
     def reason(self) -> str:
-        return "; ".join(_LOG_PREFIX.sub("", line) for line in self.errors if line) or "no reason given"
+        lines = b"".join(self.error_text).decode("utf-8", errors="replace").splitlines()
+        return "; ".join(_LOG_PREFIX.sub("", line.strip()) for line in lines if line.strip()) or "no reason given"
 
 
 @contextmanager

@@ -114,7 +114,8 @@ class MixedWidthSession(CountingSession):
 def _q_of(candidate: int, width: int = 3) -> SparseDistribution:  # [1, width]
     if candidate % 2 == 0:  # a point mass, padded by hand where the block is wider
         return SparseDistribution(torch.tensor([[candidate] * width]), torch.tensor([[1.0] + [0.0] * (width - 1)], dtype=torch.float64))
-    return SparseDistribution(torch.tensor([[candidate, candidate + 1, candidate + 2]]), torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64))
+    ids, probs = [candidate, candidate + 1, candidate + 2], [0.5, 0.3, 0.2]
+    return SparseDistribution(torch.tensor([ids]), torch.tensor([probs], dtype=torch.float64))
 
 
 @pytest.mark.parametrize("next_k", [3, 6], ids=["drafted-ahead", "drafted-ahead-and-extended"])
