@@ -1,7 +1,7 @@
 """GGUF -> GGUF with llama.cpp's own quantizer (`llama_model_quantize`), with a progress bar.
 
 llama.cpp logs one line per tensor ("[  12/ 272] blk.1.attn_q.weight - ... converting to q4_0");
-the bar follows those lines, and the last error line becomes the message when quantizing fails.
+the bar follows those lines, and the error lines become the message when quantizing fails.
 The log is captured rather than printed: make-draft's output is its bars and one result line.
 """
 
