@@ -101,6 +101,25 @@ def make_tiny_pair(args: argparse.Namespace) -> int:
     return 0
 
 
+def make_draft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specdec.bundled import BUNDLED_MODELS, bundled_model_path
+    from specdec.default_models import TARGET_NAME, models_dir
+    from specdec.make_draft import check_quant_type, make_draft as build
+
+    check_quant_type(args.type)
+    target = args.target or TARGET_NAME
+    bundled = target in BUNDLED_MODELS and not Path(target).exists()
+    source = bundled_model_path(target) if bundled else Path(target)
+    name = target if bundled else source.stem if source.suffix == ".gguf" else source.name
+    out = Path(args.out) if args.out else models_dir() / f"{name}-{args.type}.gguf"
+    print(f"specdec: making a {args.type} draft of {source}", file=sys.stderr)
+    made = build(source, args.type, out, args.threads)
+    print(f"{made.path}  ({made.size_bytes / 2**20:.1f} MiB, {made.seconds:.1f} s)")
+    return 0
+
+
 def config_show(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
