@@ -211,6 +211,14 @@ class Gateway:
             raise SpecdecError(f"GET {self.url}/v1/models: the gateway lists no model")
         return models[0]["id"]
 
+    def complete(self, body: dict) -> dict:
+        """One chat completion, not streamed: the response body."""
+        with self._reachable():
+            reply = self.http.post("/v1/chat/completions", json=body)
+        if reply.status_code != 200:
+            raise SpecdecError(f"POST {self.url}/v1/chat/completions: HTTP {reply.status_code}: {_message(reply.text)}")
+        return reply.json()
+
     def stream(self, body: dict) -> tuple[float, list[float], float, dict]:
         """(start, content-chunk arrival times, end, the last usage and speculative fields seen)."""
         arrivals, final = [], {}
