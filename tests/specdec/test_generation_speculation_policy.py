@@ -8,7 +8,6 @@ import pytest
 from specdec.drafters import ModelDrafter
 from specdec.enums import SpeculationPolicy
 from specdec.generation import SpeculativeGenerator
-from specdec.load_policy import LoadAwareSpeculation
 from specdec.models import load_model
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
@@ -17,26 +16,15 @@ from specdec.tiny_pair import make_tiny_pair
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 
 
-def decided_off() -> LoadAwareSpeculation:
-    """A real load-aware policy that measured drafting 4x slower and runs plain steps (its clock then stands still)."""
-    now = [0.0]
-    policy = LoadAwareSpeculation(lambda: 1, window_s=1.0, clock=lambda: now[0])
-    for drafting, tokens in ((True, 10), (False, 40)):
-        assert policy.drafting_allowed() is drafting
-        policy.record_round(drafting, tokens, 1.0)
-        now[0] += 1.0
-    assert not policy.drafting_allowed() and policy.buckets[1].log_gain < 0
-    return policy
-
-
 @pytest.fixture(scope="module")
 def prompt_ids(tiny_target):
     return tiny_target.tokenizer(PROMPT)["input_ids"]
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=0), SamplingParams(temperature=0.9)])
-def test_always_drafts_where_the_load_policy_says_no_and_the_output_is_the_same(tiny_target, tiny_draft, prompt_ids, sampling):
-    generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model), load_policy=decided_off())
+def test_always_drafts_where_the_load_policy_says_no_and_the_output_is_the_same(tiny_target, tiny_draft, prompt_ids, sampling,
+                                                                               load_policy_decided_off):
+    generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model), load_policy=load_policy_decided_off())
     request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=30, sampling=sampling, seed=5, acceptance="coupled", ignore_eos=True)
     auto = generator.generate(request)
     always = generator.generate(request.model_copy(update={"speculation_policy": SpeculationPolicy.ALWAYS}))
