@@ -167,7 +167,8 @@ def summarize(records: list[Record], wall_s: float) -> dict:
         "mean_accepted_length": None if not rounds else 1 + accepted / rounds, "fallbacks": sum(r.fallback for r in records),
         # Requests that drafted at all, and their own mean acceptance: a speedup measured while the
         # load-aware policy (or a fallback) kept drafting off is not a speculative one.
-        "drafted_requests": len(drafting), "drafted_mean_acceptance": ratio(sum(r.accepted_tokens / r.draft_tokens for r in drafting), len(drafting)),
+        "drafted_requests": len(drafting),
+        "drafted_mean_acceptance": ratio(sum(r.accepted_tokens / r.draft_tokens for r in drafting), len(drafting)),
     }
 
 

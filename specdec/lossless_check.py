@@ -127,8 +127,8 @@ class LosslessCheck:
         sampling = {"temperature": temperature, "max_tokens": max_tokens}
         differing = [(p, s) for p, s in cases if self._text(p, {"acceptance": "coupled"}, drafting, seed=s, **sampling)
                      != self._text(p, {"enabled": False}, None, seed=s, **sampling)]
-        return _result(f"coupled at T={temperature}: same seed, same text", f"{len(cases) - len(differing)}/{len(cases)} (prompt, seed) pairs identical",
-                       drafting, [f"{len(differing)} (prompt, seed) pairs gave different texts"] if differing else [])
+        return _result(f"coupled at T={temperature}: same seed, same text",
+                       f"{len(cases) - len(differing)}/{len(cases)} (prompt, seed) pairs identical", drafting, [f"{len(differing)} (prompt, seed) pairs gave different texts"] if differing else [])
 
     def _outcome(self, prompt: str, speculative: dict, drafting: Drafting | None, seed: int, temperature: float) -> Outcome:
         choice = self._choice(prompt, speculative, drafting, max_tokens=REJECTION_TOKENS, logprobs=True, seed=seed, temperature=temperature)

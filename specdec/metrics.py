@@ -33,7 +33,8 @@ class ServiceMetrics:
                                              ["position"], registry=registry)
         self.fallbacks = Counter("specdec_spec_decode_fallbacks", "Requests that fell back to target-only decoding", registry=registry)
         # Verify: did a finished speculative request draft at all (policy auto may run it without drafting)?
-        self.speculative_requests = Counter("specdec_speculative_requests", "Finished speculative requests by speculation policy and whether any round drafted",
+        self.speculative_requests = Counter("specdec_speculative_requests",
+                                            "Finished speculative requests by speculation policy and whether any round drafted",
                                             ["policy", "drafted"], registry=registry)
         self.generated_tokens = Counter("specdec_generated_tokens", "Tokens emitted to callers", registry=registry)
         self.target_forwards = Counter("specdec_target_forwards", "Target forward passes (rounds and target-only steps)", registry=registry)

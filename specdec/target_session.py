@@ -121,7 +121,9 @@ def draft_length_controller(request: GenerationRequest) -> DraftLengthController
     if not (request.adaptive_k and request.speculative) or request.tree is not None:
         return None
     max_k = request.num_draft_tokens
-    least = max(1, request.min_draft_tokens) if request.speculation_policy is SpeculationPolicy.ALWAYS else request.min_draft_tokens
+    least = request.min_draft_tokens
+    if request.speculation_policy is SpeculationPolicy.ALWAYS:
+        least = max(1, least)  # "always" drafts every round: adaptive K may shrink, but not to 0
     return DraftLengthController(AdaptiveKSettings(min_k=min(least, max_k), max_k=max_k))
 
 

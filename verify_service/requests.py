@@ -14,7 +14,8 @@ from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64
-_POLICY_FROM_PROTO = {verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy.AUTO, verify_pb2.SPECULATION_POLICY_AUTO: SpeculationPolicy.AUTO,
+_POLICY_FROM_PROTO = {verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy.AUTO,
+                      verify_pb2.SPECULATION_POLICY_AUTO: SpeculationPolicy.AUTO,
                       verify_pb2.SPECULATION_POLICY_ALWAYS: SpeculationPolicy.ALWAYS}
 
 

@@ -20,7 +20,8 @@ CHECK_ARGS = ["--prompts", "3", "--max-tokens", "12"]
 
 
 def _requests(verify, policy: str, drafted: str) -> float:
-    return verify.servicer.metrics.registry.get_sample_value("specdec_speculative_requests_total", {"policy": policy, "drafted": drafted}) or 0.0
+    labels = {"policy": policy, "drafted": drafted}
+    return verify.servicer.metrics.registry.get_sample_value("specdec_speculative_requests_total", labels) or 0.0
 
 
 def _counters(verify) -> dict[str, float]:
@@ -101,7 +102,8 @@ def test_a_verifier_that_keeps_every_draft_token_fails(make_draft_server, make_v
     verify = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}")
     gateway = make_gateway(verify_endpoint=f"127.0.0.1:{verify.port}")
     monkeypatch.setattr(target_session, "rejection_accept", _always_accept)
-    monkeypatch.setattr(target_session, "greedy_accept", lambda candidates, probs: _always_accept(candidates, None, probs, torch.Generator()))
+    monkeypatch.setattr(target_session, "greedy_accept",
+                        lambda candidates, probs: _always_accept(candidates, None, probs, torch.Generator()))
     check = LosslessCheck(gateway.url, None, None)
     repetitive = ["Repeat after me: the cat sat on the mat, the cat sat on the mat, the cat",
                   "Say it again: one two three, one two three, one two three, one two"]
