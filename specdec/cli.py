@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     lossless.add_argument("--model", help="default: the first model the gateway lists")
     lossless.add_argument("--prompts", type=int, default=8, help="prompts for the greedy and coupled checks (max 12)")
     lossless.add_argument("--max-tokens", type=int, default=32)
-    lossless.add_argument("--samples", type=int, default=300, help="seeded samples per side for the rejection check")
+    lossless.add_argument("--samples", type=int, default=300,
+                          help="seeded samples per side for the rejection check, split over its 3 prompts "
+                               "(it prints the distance they can detect)")
     lossless.add_argument("--config", help="accepted for uniformity; unused")
     _add_bench(commands)
     _add_distill(commands)

@@ -273,13 +273,21 @@ def memory_plan(args: argparse.Namespace) -> int:
 
 
 def check_lossless(args: argparse.Namespace) -> int:
-    from specdec.lossless_check import run
+    from specdec.errors import SpecdecError
+    from specdec.lossless_check import REJECTION_PROMPTS, USEFUL_TV, best_case_detectable_tv, run
+    from specdec.lossless_stats import POWER, SIGNIFICANCE
 
+    if args.samples < REJECTION_PROMPTS:
+        raise SpecdecError(f"--samples: at least {REJECTION_PROMPTS} (the rejection check splits them over {REJECTION_PROMPTS} prompts)")
+    if (best := best_case_detectable_tv(args.samples)) > USEFUL_TV:
+        print(f"specdec: warning: --samples {args.samples}: the rejection check cannot detect a total-variation distance below "
+              f"{best:.2f} even at best (power {POWER}, alpha {SIGNIFICANCE}); the distance shrinks as 1/sqrt(samples)", file=sys.stderr)
+    started = time.perf_counter()
     results = run(args.url, args.api_key, args.model, min(args.prompts, 12), args.max_tokens, args.samples)
     for result in results:
         print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}: {result.detail}")
     passed = all(result.passed for result in results)
-    print("lossless: PASS" if passed else "lossless: FAIL")
+    print(f"lossless: {'PASS' if passed else 'FAIL'} ({time.perf_counter() - started:.0f} s)")
     return 0 if passed else 1
 
 
