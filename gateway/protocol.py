@@ -39,6 +39,8 @@ class SpeculativeOptions(BaseModel):
     enabled: bool | None = None
     num_draft_tokens: int | None = Field(None, ge=1, le=64)
     acceptance: Literal["rejection", "coupled"] | None = None
+    # always: draft every round whatever the server's load-aware policy says (fallback still applies)
+    policy: Literal["auto", "always"] | None = None
 
 
 class StreamOptions(BaseModel):

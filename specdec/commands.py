@@ -101,6 +101,25 @@ def make_tiny_pair(args: argparse.Namespace) -> int:
     return 0
 
 
+def make_draft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specdec.bundled import BUNDLED_MODELS, bundled_model_path
+    from specdec.default_models import TARGET_NAME, models_dir
+    from specdec.make_draft import check_quant_type, make_draft as build
+
+    check_quant_type(args.type)
+    target = args.target or TARGET_NAME
+    bundled = target in BUNDLED_MODELS and not Path(target).exists()
+    source = bundled_model_path(target) if bundled else Path(target)
+    name = target if bundled else source.stem if source.suffix == ".gguf" else source.name
+    out = Path(args.out) if args.out else models_dir() / f"{name}-{args.type}.gguf"
+    print(f"specdec: making a {args.type} draft of {source}", file=sys.stderr)
+    made = build(source, args.type, out, args.threads)
+    print(f"{made.path}  ({made.size_bytes / 2**20:.1f} MiB, {made.seconds:.1f} s)")
+    return 0
+
+
 def config_show(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
@@ -268,13 +287,21 @@ def memory_plan(args: argparse.Namespace) -> int:
 
 
 def check_lossless(args: argparse.Namespace) -> int:
-    from specdec.lossless_check import run
+    from specdec.errors import SpecdecError
+    from specdec.lossless_check import REJECTION_PROMPTS, USEFUL_TV, best_case_detectable_tv, run
+    from specdec.lossless_stats import POWER, SIGNIFICANCE
 
+    if args.samples < REJECTION_PROMPTS:
+        raise SpecdecError(f"--samples: at least {REJECTION_PROMPTS} (the rejection check splits them over {REJECTION_PROMPTS} prompts)")
+    if (best := best_case_detectable_tv(args.samples)) > USEFUL_TV:
+        print(f"specdec: warning: --samples {args.samples}: the rejection check cannot detect a total-variation distance below "
+              f"{best:.2f} even at best (power {POWER}, alpha {SIGNIFICANCE}); the distance shrinks as 1/sqrt(samples)", file=sys.stderr)
+    started = time.perf_counter()
     results = run(args.url, args.api_key, args.model, min(args.prompts, 12), args.max_tokens, args.samples)
     for result in results:
         print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}: {result.detail}")
     passed = all(result.passed for result in results)
-    print("lossless: PASS" if passed else "lossless: FAIL")
+    print(f"lossless: {'PASS' if passed else 'FAIL'} ({time.perf_counter() - started:.0f} s)")
     return 0 if passed else 1
 
 

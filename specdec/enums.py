@@ -9,3 +9,10 @@ class AcceptanceMode(str, Enum):
     GREEDY = "greedy"
     REJECTION = "rejection"
     COUPLED = "coupled"
+
+
+class SpeculationPolicy(str, Enum):
+    """Whether a speculative request follows the service's load-aware policy or drafts every round."""
+
+    AUTO = "auto"  # draft when the load-aware policy finds drafting faster at the current load
+    ALWAYS = "always"  # draft every round whatever the policy says (lossless checks, benchmarks of speculation itself)

@@ -15,7 +15,7 @@ from specdec.acceptance import RoundVerdict, coupled_accept, coupled_tree_accept
 from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
 from specdec.batching import SequenceRunner
 from specdec.drafters.base import DraftBlock
-from specdec.enums import AcceptanceMode
+from specdec.enums import AcceptanceMode, SpeculationPolicy
 from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.noise import keyed_gumbel
@@ -121,7 +121,10 @@ def draft_length_controller(request: GenerationRequest) -> DraftLengthController
     if not (request.adaptive_k and request.speculative) or request.tree is not None:
         return None
     max_k = request.num_draft_tokens
-    return DraftLengthController(AdaptiveKSettings(min_k=min(request.min_draft_tokens, max_k), max_k=max_k))
+    least = request.min_draft_tokens
+    if request.speculation_policy is SpeculationPolicy.ALWAYS:
+        least = max(1, least)  # "always" drafts every round: adaptive K may shrink, but not to 0
+    return DraftLengthController(AdaptiveKSettings(min_k=min(least, max_k), max_k=max_k))
 
 
 def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:

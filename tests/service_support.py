@@ -150,6 +150,11 @@ def streamed_text(payloads: list) -> str:
     return "".join(choice.get("delta", {}).get("content") or choice.get("text") or "" for p in payloads for choice in p["choices"])
 
 
+def streamed_speculative(payloads: list) -> dict:
+    """The speculative statistics of a stream (its last chunk that has them)."""
+    return next(p["speculative"] for p in reversed(payloads) if p.get("speculative"))
+
+
 def sampling_params_strategy():
     """Hypothesis: SamplingParams messages with any value proto allows (NaN, inf, negatives, unset)."""
     from hypothesis import strategies as st

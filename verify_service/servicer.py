@@ -81,6 +81,8 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
                 yield generate_response(chunk, generation, stats, completion_tokens, target.tokenizer)
             if stats.fallback:
                 self.metrics.fallbacks.inc()
+            if generation.speculative:
+                self.metrics.speculative_requests.labels(generation.speculation_policy.value, "yes" if stats.draft_tokens else "no").inc()
 
     def _record_round(self, chunk: GenerationChunk, timing: _EmitTiming) -> None:
         info = chunk.round

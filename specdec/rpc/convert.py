@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
-from specdec.sampling import SamplingParams, SparseDistribution
+from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, sparse_rows
 from specdec.tree import check_parents
 from specdec.v1 import common_pb2
 
@@ -51,7 +51,7 @@ def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
 def block_to_proto(block: DraftBlock) -> common_pb2.CandidateBlock:
     message = common_pb2.CandidateBlock(token_ids=block.candidate_ids.tolist(), parent_indices=block.tree_parents or [])
     if block.draft_probs is not None:
-        for token_ids, probs in zip(block.draft_probs.token_ids.tolist(), block.draft_probs.probs.tolist()):
+        for token_ids, probs in sparse_rows(block.draft_probs):
             message.draft_probs.add(token_ids=token_ids, probs=probs)
     return message
 
@@ -107,11 +107,8 @@ def _checked_distribution(dist: common_pb2.SparseDistribution, candidate: int, v
 
 
 def _stack_ragged(rows: list[tuple[list[int], list[float]]]) -> SparseDistribution:
-    """Pad rows to one width with (id of the row's first entry, probability 0): densify adds 0 there."""
-    width = max(len(ids) for ids, _ in rows)
-    token_ids = [ids + [ids[0]] * (width - len(ids)) for ids, _ in rows]
-    probs = [p + [0.0] * (width - len(p)) for _, p in rows]
-    return SparseDistribution(torch.tensor(token_ids, dtype=torch.long), torch.tensor(probs, dtype=torch.float64))
+    return concat_sparse([SparseDistribution(torch.tensor([ids], dtype=torch.long), torch.tensor([probs], dtype=torch.float64))
+                          for ids, probs in rows])
 
 
 def vocab_fingerprint(tokenizer) -> str:

@@ -1,11 +1,21 @@
 from specdec.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SpeculationPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPECULATION_POLICY_UNSPECIFIED: _ClassVar[SpeculationPolicy]
+    SPECULATION_POLICY_AUTO: _ClassVar[SpeculationPolicy]
+    SPECULATION_POLICY_ALWAYS: _ClassVar[SpeculationPolicy]
+SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy
+SPECULATION_POLICY_AUTO: SpeculationPolicy
+SPECULATION_POLICY_ALWAYS: SpeculationPolicy
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -50,20 +60,22 @@ class GenerationOptions(_message.Message):
     def __init__(self, text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id")
+    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy")
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPECULATION_POLICY_FIELD_NUMBER: _ClassVar[int]
     options: GenerationOptions
     speculative: bool
     num_draft_tokens: int
     logprobs: bool
     top_logprobs: int
     request_id: str
-    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+    speculation_policy: SpeculationPolicy
+    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ..., speculation_policy: _Optional[_Union[SpeculationPolicy, str]] = ...) -> None: ...
 
 class TopLogprob(_message.Message):
     __slots__ = ("token_id", "token", "logprob")

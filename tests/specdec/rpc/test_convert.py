@@ -18,7 +18,8 @@ from specdec.rpc.convert import (
     sampling_to_proto,
     vocab_fingerprint,
 )
-from specdec.sampling import SamplingParams, densify
+from specdec.drafters.base import DraftBlock
+from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, densify
 from specdec.v1 import common_pb2
 
 VOCAB = 16
@@ -56,6 +57,16 @@ def test_block_round_trips_through_block_to_proto():
     block = block_from_proto(_block([5, 7], rows), VOCAB, needs_draft_probs=True)
     again = block_from_proto(block_to_proto(block), VOCAB, needs_draft_probs=True)
     assert again.candidate_ids.tolist() == [5, 7]
+    assert torch.equal(densify(again.draft_probs, VOCAB), densify(block.draft_probs, VOCAB))
+
+
+def test_a_block_joined_from_q_of_different_widths_passes_the_verifiers_checks():
+    looked_up = SparseDistribution(torch.tensor([[5]]), torch.tensor([[1.0]], dtype=torch.float64))
+    drafted = SparseDistribution(torch.tensor([[7, 2, 9]]), torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64))
+    block = DraftBlock(torch.tensor([5, 7, 5]), concat_sparse([looked_up, drafted, looked_up]))
+    message = block_to_proto(block)
+    assert [list(dist.token_ids) for dist in message.draft_probs] == [[5], [7, 2, 9], [5]]  # no padding on the wire
+    again = block_from_proto(message, VOCAB, needs_draft_probs=True)
     assert torch.equal(densify(again.draft_probs, VOCAB), densify(block.draft_probs, VOCAB))
 
 
