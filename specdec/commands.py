@@ -12,7 +12,7 @@ import time
 
 import yaml
 
-from specdec.config import SpecdecConfig, load_config
+from specdec.config import SpecdecConfig, TlsSection, load_config
 
 
 def configure_logging(level: str) -> None:
@@ -226,24 +226,38 @@ def up(args: argparse.Namespace) -> int:
 
 
 def healthcheck(args: argparse.Namespace) -> int:
-    """grpc.health.v1 for draft and verify (SERVING), GET /ready for the gateway; 0 = healthy."""
-    config = load_config(args.config)
+    """grpc.health.v1 for draft and verify (SERVING), GET /ready for the gateway; 0 = healthy.
+
+    The probe reads the service's own settings (config file, SPECDEC_* environment, the same TLS flags), so
+    inside the service's container it speaks TLS exactly when the service does."""
+    config = load_config(args.config, {"tls": {"cert_file": args.tls_cert, "key_file": args.tls_key, "ca_file": args.tls_ca}})
     ports = {"draft": config.draft_service.port, "verify": config.verify_service.port, "gateway": config.serving.port}
     address = args.address or f"localhost:{ports[args.service]}"
-    healthy, detail = _probe_http(address, args.timeout) if args.service == "gateway" else _probe_grpc(address, args.timeout)
+    if args.service == "gateway":
+        healthy, detail = _probe_http(address, args.timeout)
+    else:
+        healthy, detail = _probe_grpc(address, args.timeout, config.tls, args.tls_server_name)
     print(f"{args.service} at {address}: {detail}", file=sys.stderr if not healthy else sys.stdout)
     return 0 if healthy else 1
 
 
-def _probe_grpc(address: str, timeout: float) -> tuple[bool, str]:
+def _probe_grpc(address: str, timeout: float, tls: TlsSection, server_name: str | None) -> tuple[bool, str]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    from specdec.rpc.tls import channel_credentials, probe_tls
+
+    client_tls = probe_tls(tls)
+    if client_tls is None:
+        channel = grpc.insecure_channel(address)
+    else:
+        options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+        channel = grpc.secure_channel(address, channel_credentials(client_tls), options=options)
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
         except grpc.RpcError as error:
-            return False, f"unreachable ({error.code().name})"
+            return False, f"unreachable ({error.code().name}{', TLS' if client_tls else ''})"
     return reply.status == health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
