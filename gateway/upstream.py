@@ -112,6 +112,7 @@ def _apply_speculative(message: verify_pb2.GenerateRequest, request) -> None:
         message.num_draft_tokens = speculative.num_draft_tokens
     if speculative.acceptance is not None:
         message.options.acceptance = _ACCEPTANCE[speculative.acceptance]
+    message.provenance = speculative.provenance
 
 
 def _apply_logprobs(message: verify_pb2.GenerateRequest, request) -> None:

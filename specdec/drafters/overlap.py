@@ -181,7 +181,8 @@ def _joined(parts: Sequence[DraftBlock]) -> DraftBlock:
     if not parts:
         return DraftBlock.empty()
     candidate_ids = torch.cat([part.candidate_ids for part in parts])
+    sources = tuple(source for part in parts for source in part.candidate_sources())  # behind prompt lookup, a mix
     if parts[0].draft_probs is None:
-        return DraftBlock(candidate_ids)
+        return DraftBlock(candidate_ids, sources=sources)
     return DraftBlock(candidate_ids, SparseDistribution(torch.cat([part.draft_probs.token_ids for part in parts]),
-                                                        torch.cat([part.draft_probs.probs for part in parts])))
+                                                        torch.cat([part.draft_probs.probs for part in parts])), sources=sources)
