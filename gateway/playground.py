@@ -20,10 +20,10 @@ PAGE_HEADERS = {
 
 
 def install_playground(app: FastAPI) -> None:
-    """`GET /` is the page and `/playground/*` its assets; both are public: the API calls carry the key."""
+    """`GET /` is the page and `/playground/*` its scripts and styles; both are public: the API calls carry the key."""
 
     @app.get("/", include_in_schema=False)
     async def playground() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
 
-    app.mount("/playground", StaticFiles(directory=STATIC), name="playground")
+    app.mount("/playground", StaticFiles(directory=STATIC / "playground"), name="playground")

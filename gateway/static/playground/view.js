@@ -88,7 +88,7 @@ const percent = (value) => `${Math.round(value * 100)}%`;
 
 /** Writes `stats` into the statistics panel (elements by id) and redraws the chart. */
 export function showStats(stats, elements) {
-  const { drafted, accepted, rounds } = { drafted: stats.drafted, accepted: stats.accepted, rounds: stats.rounds.length };
+  const drafted = stats.drafted, accepted = stats.accepted, rounds = stats.rounds.length;
   elements.acceptance.textContent = drafted ? `${percent(accepted / drafted)} (${accepted}/${drafted})` : "no drafts";
   elements.acceptedLength.textContent = rounds ? (stats.tokens / rounds).toFixed(2) : "–";
   elements.speed.textContent = stats.tokensPerSecond.toFixed(1);
