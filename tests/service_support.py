@@ -4,6 +4,7 @@ Prometheus scraping, and the OpenAI error-body assertion."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -135,6 +137,17 @@ class LoopbackStack:
     def stop(self) -> None:
         for process in reversed(self.processes.values()):
             process.stop()
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, pair, directory) -> Iterator[LoopbackStack]:
+        """A healthy stack for the `with` block; every process is stopped after it."""
+        stack = cls(pair, directory)
+        try:
+            stack.heal()
+            yield stack
+        finally:
+            stack.stop()
 
 
 def grpc_serving(port: int) -> bool:

@@ -17,12 +17,8 @@ from starlette.routing import Route
 
 @pytest.fixture(scope="package")
 def process_stack(tiny_pair_paths, tmp_path_factory):
-    stack = LoopbackStack(tiny_pair_paths, tmp_path_factory.mktemp("gateway-stack"))
-    try:
-        stack.heal()
+    with LoopbackStack.running(tiny_pair_paths, tmp_path_factory.mktemp("gateway-stack")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,8 @@ from service_support import CHAT, LONG_GREEDY, LoopbackStack, wait_until
 
 @pytest.fixture(scope="session")
 def loopback_stack(tiny_pair_paths, tmp_path_factory):
-    stack = LoopbackStack(tiny_pair_paths, tmp_path_factory.mktemp("loopback-stack"))
-    try:
-        stack.heal()
+    with LoopbackStack.running(tiny_pair_paths, tmp_path_factory.mktemp("loopback-stack")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture
