@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
-from gateway.choices import Choice, Completion, speculative, sse, usage
+from gateway.choices import Choice, Completion, round_provenance, speculative, sse, usage
 from gateway.errors import OpenAIError
 from specdec.v1 import verify_pb2
 
@@ -75,6 +75,8 @@ def _chunk(completion: Completion, choice: Choice, response: verify_pb2.Generate
         body["delta"] = {"content": response.text} if response.text or not response.finish_reason else {}
     else:
         body["text"] = response.text
+    if completion.provenance:
+        body["provenance"] = round_provenance(response, choice.rounds)
     return {**completion.envelope(chunk=True), "choices": [body]}
 
 

@@ -115,6 +115,7 @@ def _apply_speculative(message: verify_pb2.GenerateRequest, request) -> None:
         message.options.acceptance = _ACCEPTANCE[speculative.acceptance]
     if speculative.policy is not None:
         message.speculation_policy = _POLICY[speculative.policy]
+    message.provenance = speculative.provenance
 
 
 def _apply_logprobs(message: verify_pb2.GenerateRequest, request) -> None:

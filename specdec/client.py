@@ -20,7 +20,8 @@ from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 _SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p"}
 _OPTION_FIELDS = {"seed", "stop", "max_tokens", "ignore_eos", "acceptance"}
-_REQUEST_FIELDS = {"speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy"}
+_REQUEST_FIELDS = {"speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy",
+                   "provenance"}
 _POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
 _ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED,
                "greedy": common_pb2.ACCEPTANCE_MODE_GREEDY}

@@ -186,4 +186,5 @@ def _announce(plan: UpPlan) -> None:
         model = json.load(response)["data"][0]["id"]
     print(f"\nspecdec is up: {url}/v1 (model {model!r}); Ctrl-C stops it.\n")
     print(f"""curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\
-  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'\n""", flush=True)
+  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'\n""")
+    print(f"Playground (speculation token by token): {url}/\n", flush=True)

@@ -15,7 +15,7 @@ from specdec.acceptance import RoundVerdict, coupled_accept, coupled_tree_accept
 from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
 from specdec.batching import SequenceRunner
 from specdec.drafters.base import DraftBlock
-from specdec.enums import AcceptanceMode, SpeculationPolicy
+from specdec.enums import AcceptanceMode, SpeculationPolicy, TokenSource
 from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.noise import keyed_gumbel
@@ -69,6 +69,7 @@ class TargetSession:
             verdict, logits = self._verify_tree(block)
         self.committed.extend(verdict.token_ids)
         chunk = self.output.push(verdict.token_ids)
+        chunk.sources = round_sources(block, verdict)[: len(chunk.token_ids)]
         if self.request.logprobs:
             chunk.logprobs = token_logprobs(logits, chunk.token_ids, self.request.top_logprobs)
         target_ms = (time.perf_counter() - started) * 1000
@@ -111,6 +112,13 @@ class TargetSession:
 
     def close(self) -> None:
         self.lm.release()
+
+
+def round_sources(block: DraftBlock, verdict: RoundVerdict) -> list[TokenSource]:
+    """Where each of the round's tokens came from: the accepted candidates' drafters, then the target."""
+    candidate_sources = block.candidate_sources()
+    accepted = verdict.accepted_nodes if verdict.accepted_nodes is not None else range(verdict.num_accepted)
+    return [*(candidate_sources[node] for node in accepted), TokenSource.TARGET]
 
 
 def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:

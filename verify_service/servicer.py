@@ -78,7 +78,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             async for chunk in self._drive(chunks, context):
                 completion_tokens += len(chunk.token_ids)
                 self._record_round(chunk, timing)
-                yield generate_response(chunk, generation, stats, completion_tokens, target.tokenizer)
+                yield generate_response(chunk, generation, stats, completion_tokens, target.tokenizer, request.provenance)
             if stats.fallback:
                 self.metrics.fallbacks.inc()
             if generation.speculative:

@@ -60,7 +60,7 @@ class GenerationOptions(_message.Message):
     def __init__(self, text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy")
+    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy", "provenance")
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class GenerateRequest(_message.Message):
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SPECULATION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     options: GenerationOptions
     speculative: bool
     num_draft_tokens: int
@@ -75,7 +76,8 @@ class GenerateRequest(_message.Message):
     top_logprobs: int
     request_id: str
     speculation_policy: SpeculationPolicy
-    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ..., speculation_policy: _Optional[_Union[SpeculationPolicy, str]] = ...) -> None: ...
+    provenance: bool
+    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ..., speculation_policy: _Optional[_Union[SpeculationPolicy, str]] = ..., provenance: _Optional[bool] = ...) -> None: ...
 
 class TopLogprob(_message.Message):
     __slots__ = ("token_id", "token", "logprob")
@@ -141,8 +143,16 @@ class SpeculativeSummary(_message.Message):
     fallback: bool
     def __init__(self, enabled: _Optional[bool] = ..., rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., fallback: _Optional[bool] = ...) -> None: ...
 
+class TokenProvenance(_message.Message):
+    __slots__ = ("source", "text")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    source: _common_pb2.TokenSource
+    text: str
+    def __init__(self, source: _Optional[_Union[_common_pb2.TokenSource, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
 class GenerateResponse(_message.Message):
-    __slots__ = ("token_ids", "text", "logprobs", "round", "finish_reason", "usage", "summary", "seed")
+    __slots__ = ("token_ids", "text", "logprobs", "round", "finish_reason", "usage", "summary", "seed", "tokens")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +161,7 @@ class GenerateResponse(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
@@ -159,7 +170,8 @@ class GenerateResponse(_message.Message):
     usage: Usage
     summary: SpeculativeSummary
     seed: int
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., round: _Optional[_Union[RoundStats, _Mapping]] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., summary: _Optional[_Union[SpeculativeSummary, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenProvenance]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., round: _Optional[_Union[RoundStats, _Mapping]] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., summary: _Optional[_Union[SpeculativeSummary, _Mapping]] = ..., seed: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenProvenance, _Mapping]]] = ...) -> None: ...
 
 class VerifyOpen(_message.Message):
     __slots__ = ("options",)

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from specdec.enums import AcceptanceMode
+from specdec.drafters import DraftBlock
+from specdec.enums import AcceptanceMode, TokenSource
 from specdec.errors import InvalidRequestError
 from specdec.rpc.convert import (
     acceptance_from_proto,
@@ -192,3 +193,23 @@ def test_vocab_fingerprint_matches_for_the_tiny_pair(tiny_target, tiny_draft):
 
 def test_vocab_fingerprint_differs_for_a_foreign_tokenizer(tiny_target, foreign_tokenizer):
     assert vocab_fingerprint(foreign_tokenizer) != vocab_fingerprint(tiny_target.tokenizer)
+
+
+def test_candidate_sources_round_trip_and_default_to_the_draft_model():
+    lookup, draft = TokenSource.LOOKUP, TokenSource.DRAFT
+    block = DraftBlock(torch.tensor([5, 7, 9]), sources=(lookup, lookup, draft))
+    again = block_from_proto(block_to_proto(block), VOCAB, needs_draft_probs=False)
+    assert again.sources == (lookup, lookup, draft)
+    unlabelled = block_from_proto(common_pb2.CandidateBlock(token_ids=[5, 7]), VOCAB, needs_draft_probs=False)
+    assert unlabelled.sources == () and unlabelled.candidate_sources() == [draft, draft]
+    unspecified = common_pb2.CandidateBlock(token_ids=[5], sources=[common_pb2.TOKEN_SOURCE_UNSPECIFIED])
+    assert block_from_proto(unspecified, VOCAB, needs_draft_probs=False).sources == (draft,)
+
+
+@pytest.mark.parametrize("sources", [[common_pb2.TOKEN_SOURCE_LOOKUP], [common_pb2.TOKEN_SOURCE_DRAFT] * 3,
+                                     [common_pb2.TOKEN_SOURCE_DRAFT, common_pb2.TOKEN_SOURCE_TARGET], [common_pb2.TOKEN_SOURCE_DRAFT, 99]])
+def test_sources_must_be_one_drafters_source_per_candidate(sources):
+    message = common_pb2.CandidateBlock(token_ids=[5, 7], sources=sources)
+    with pytest.raises(InvalidRequestError) as caught:
+        block_from_proto(message, VOCAB, needs_draft_probs=False)
+    assert caught.value.field == "block.sources"
