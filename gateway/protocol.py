@@ -37,6 +37,9 @@ class SpeculativeOptions(BaseModel):
     enabled: bool | None = None
     num_draft_tokens: int | None = Field(None, ge=1, le=64)
     acceptance: Literal["rejection", "coupled"] | None = None
+    # always: draft every round whatever the server's load-aware policy says (fallback still applies)
+    policy: Literal["auto", "always"] | None = None
+    provenance: bool = Field(False, description="each choice says where its tokens came from (draft, lookup, prediction, target) and their round")
 
 
 class StreamOptions(BaseModel):
@@ -167,6 +170,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = Field(default_factory=now)
     owned_by: str = "specdec"
+    max_model_len: int | None = Field(None, description="extension (as vLLM): the model's context in tokens, prompt included")
 
 
 class ModelList(BaseModel):

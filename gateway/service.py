@@ -74,7 +74,7 @@ class Gateway:
         return self._model_names
 
     async def models(self) -> ModelList:
-        return ModelList(data=[ModelCard(id=(await self.model_names())[0])])
+        return ModelList(data=[ModelCard(id=(await self.model_names())[0], max_model_len=(await self._served()).max_context or None)])
 
     async def _check_request(self, request: ChatCompletionRequest | CompletionRequest) -> str:
         names = await self.model_names()

@@ -10,7 +10,7 @@ import anyio
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from gateway.choices import Choice, Completion, speculative, sse, usage
+from gateway.choices import Choice, Completion, round_provenance, speculative, sse, usage
 from gateway.errors import OpenAIError
 from specdec.v1 import verify_pb2
 
@@ -79,6 +79,8 @@ def _chunk(completion: Completion, choice: Choice, response: verify_pb2.Generate
         body["delta"] = {"content": response.text} if response.text or not response.finish_reason else {}
     else:
         body["text"] = response.text
+    if completion.provenance:
+        body["provenance"] = round_provenance(response, choice.rounds)
     return {**completion.envelope(chunk=True), "choices": [body]}
 
 

@@ -16,6 +16,7 @@ from specdec.rpc.server import aio_channel
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 _ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED}
+_POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
 _FIELD = re.compile(r"^([\w.\[\]]+): ")
 # verify's field names -> the OpenAI request's
 _PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", "options.sampling.temperature": "temperature",
@@ -112,6 +113,9 @@ def _apply_speculative(message: verify_pb2.GenerateRequest, request) -> None:
         message.num_draft_tokens = speculative.num_draft_tokens
     if speculative.acceptance is not None:
         message.options.acceptance = _ACCEPTANCE[speculative.acceptance]
+    if speculative.policy is not None:
+        message.speculation_policy = _POLICY[speculative.policy]
+    message.provenance = speculative.provenance
 
 
 def _apply_logprobs(message: verify_pb2.GenerateRequest, request) -> None:

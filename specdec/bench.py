@@ -156,6 +156,7 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 def summarize(records: list[Record], wall_s: float) -> dict:
     tokens, rounds = sum(r.tokens for r in records), sum(r.rounds for r in records)
+    drafting = [r for r in records if r.draft_tokens]
     drafted, accepted = sum(r.draft_tokens for r in records), sum(r.accepted_tokens for r in records)
     return {
         "requests": len(records), "completion_tokens": tokens, "wall_s": wall_s, "tokens_per_s": ratio(tokens, wall_s),
@@ -164,6 +165,10 @@ def summarize(records: list[Record], wall_s: float) -> dict:
         "e2e_s": distribution([r.e2e_s for r in records]),
         "rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted, "acceptance_rate": ratio(accepted, drafted),
         "mean_accepted_length": None if not rounds else 1 + accepted / rounds, "fallbacks": sum(r.fallback for r in records),
+        # Requests that drafted at all, and their own mean acceptance: a speedup measured while the
+        # load-aware policy (or a fallback) kept drafting off is not a speculative one.
+        "drafted_requests": len(drafting),
+        "drafted_mean_acceptance": ratio(sum(r.accepted_tokens / r.draft_tokens for r in drafting), len(drafting)),
     }
 
 
@@ -174,7 +179,9 @@ def compare(records: list[Record], wall: dict[str, float]) -> dict:
     pairs = [e2e[(p, "off")] / e2e[(p, "on")] for p, mode in e2e if mode == "on" and (p, "off") in e2e]
     return {"modes": modes, "speedup": ratio(modes["on"]["tokens_per_s"], modes["off"]["tokens_per_s"]),
             "latency_ratio_p50": percentile(pairs, 50), "acceptance_rate": modes["on"]["acceptance_rate"],
-            "mean_accepted_length": modes["on"]["mean_accepted_length"]}
+            "mean_accepted_length": modes["on"]["mean_accepted_length"],
+            "drafted_share": ratio(modes["on"]["drafted_requests"], modes["on"]["requests"]),
+            "drafted_mean_acceptance": modes["on"]["drafted_mean_acceptance"]}
 
 
 def by_category(records: list[Record]) -> dict[str, dict]:
@@ -210,6 +217,14 @@ class Gateway:
         if not models:
             raise SpecdecError(f"GET {self.url}/v1/models: the gateway lists no model")
         return models[0]["id"]
+
+    def complete(self, body: dict) -> dict:
+        """One chat completion, not streamed: the response body."""
+        with self._reachable():
+            reply = self.http.post("/v1/chat/completions", json=body)
+        if reply.status_code != 200:
+            raise SpecdecError(f"POST {self.url}/v1/chat/completions: HTTP {reply.status_code}: {_message(reply.text)}")
+        return reply.json()
 
     def stream(self, body: dict) -> tuple[float, list[float], float, dict]:
         """(start, content-chunk arrival times, end, the last usage and speculative fields seen)."""
@@ -341,26 +356,35 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return ["", *("| " + " | ".join(str(cell) for cell in row) + " |" for row in [header, ["---"] * len(header), *rows])]
 
 
+DRAFTED_COLUMNS = ["on requests that drafted", "their mean acceptance"]
+
+
+def _drafted(entry: dict) -> list[str]:
+    on = entry["modes"]["on"]
+    return [f"{on['drafted_requests']}/{on['requests']}", _fmt(entry["drafted_mean_acceptance"], 3)]
+
+
 def render_markdown(results: dict) -> str:
     settings, levels = results["settings"], results["levels"]
     overall = [[level["concurrency"], _fmt(level["modes"]["on"]["tokens_per_s"], 1), _fmt(level["modes"]["off"]["tokens_per_s"], 1),
-                _fmt(level["speedup"]), _fmt(level["latency_ratio_p50"]), _fmt(level["acceptance_rate"], 3),
+                _fmt(level["speedup"]), *_drafted(level), _fmt(level["latency_ratio_p50"]), _fmt(level["acceptance_rate"], 3),
                 _fmt(level["mean_accepted_length"])] for level in levels]
     latency = [[level["concurrency"], mode, *(" / ".join(_fmt(v, 2 if unit == "e2e_s" else 1) for v in summary[unit].values())
                                                for unit in ("ttft_ms", "itl_ms", "e2e_s"))]
                for level in levels for mode, summary in level["modes"].items()]
     categories = [[level["concurrency"], name, entry["prompts"], _fmt(entry["acceptance_rate"], 3), _fmt(entry["mean_accepted_length"]),
-                   _fmt(entry["modes"]["on"]["tokens_per_s"], 1), _fmt(entry["modes"]["off"]["tokens_per_s"], 1), _fmt(entry["speedup"])]
+                   _fmt(entry["modes"]["on"]["tokens_per_s"], 1), _fmt(entry["modes"]["off"]["tokens_per_s"], 1), _fmt(entry["speedup"]),
+                   *_drafted(entry)]
                   for level in levels for name, entry in level["categories"].items()]
     lines = [f"# specdec bench: {results['model']} at {results['url']}", "",
              (f"{results['prompts']} prompts, {len(results['skipped'])} skipped (refused by the gateway), "
               f"max_tokens {settings['max_tokens']}, temperature {settings['temperature']}, {results['timestamp']}"),
-             *_table(["concurrency", "tok/s on", "tok/s off", "speedup", "median latency off/on", "acceptance",
+             *_table(["concurrency", "tok/s on", "tok/s off", "speedup", *DRAFTED_COLUMNS, "median latency off/on", "acceptance",
                       "mean accepted length"], overall),
              *_table(["concurrency", "mode", "TTFT p50/p90/p99 ms", "ITL p50/p90/p99 ms", "e2e p50/p90/p99 s"], latency),
              # Per category there is no wall time of its own (blocks mix categories): tokens over summed latency.
              *_table(["concurrency", "category", "prompts", "acceptance", "mean accepted length", "tok/s per request on",
-                      "tok/s per request off", "speedup"], categories),
+                      "tok/s per request off", "speedup", *DRAFTED_COLUMNS], categories),
              *_render_baselines(results)]
     return "\n".join(lines) + "\n"
 

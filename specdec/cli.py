@@ -72,15 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
     lossless.add_argument("--model", help="default: the first model the gateway lists")
     lossless.add_argument("--prompts", type=int, default=8, help="prompts for the greedy and coupled checks (max 12)")
     lossless.add_argument("--max-tokens", type=int, default=32)
-    lossless.add_argument("--samples", type=int, default=300, help="seeded samples per side for the rejection check")
+    lossless.add_argument("--samples", type=int, default=300,
+                          help="seeded samples per side for the rejection check, split over its 3 prompts "
+                               "(it prints the distance they can detect)")
     lossless.add_argument("--config", help="accepted for uniformity; unused")
     _add_bench(commands)
     _add_distill(commands)
+    _add_make_draft(commands)
     check = commands.add_parser("healthcheck", help="exit 0 when a service is healthy (for container probes)")
     check.add_argument("service", choices=["draft", "verify", "gateway"])
     check.add_argument("--address", help="HOST:PORT (default: localhost and the service's port from the config)")
     check.add_argument("--timeout", type=float, default=3.0)
     check.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
+    check.add_argument("--tls-cert", help="draft/verify: the service's certificate, as given to `serve`: the probe speaks TLS")
+    check.add_argument("--tls-key", help="the service's private key (mTLS: the probe's identity unless tls.client_cert_file is set)")
+    check.add_argument("--tls-ca", help="CA bundle that verifies the service's certificate")
+    check.add_argument("--tls-server-name", help="the name the service's certificate carries (default: the --address host)")
     up = commands.add_parser("up", help="run draft, verify and gateway on this host (default: the embedded pair)")
     up.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     up.add_argument("--target", help="target model (default: SmolLM2-135M-Instruct, fetched on first use, with the bundled distilled draft)")
@@ -167,6 +174,16 @@ def _add_distill(commands: argparse._SubParsersAction) -> None:
     distill.add_argument("--config", help="accepted for uniformity; unused")
 
 
+def _add_make_draft(commands: argparse._SubParsersAction) -> None:
+    make = commands.add_parser("make-draft", help="a quantized GGUF copy of a target, to draft with llama.cpp")
+    make.add_argument("--target", help="a .gguf file (re-quantized), a Hugging Face Llama directory (converted, then quantized) "
+                                       "or a bundled name (default: smollm2-135m-instruct, the default target's GGUF)")
+    make.add_argument("--type", default="q8_0", help="f32, f16, bf16, q8_0 (default), q6_k, q5_k_m, q5_0, q4_k_m, q4_1 or q4_0")
+    make.add_argument("--out", help="output .gguf (default: $SPECDEC_MODELS_DIR/<target name>-<type>.gguf)")
+    make.add_argument("--threads", type=int, help="quantizer threads (default: one per core)")
+    make.add_argument("--config", help="accepted for uniformity; unused")
+
+
 def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="run one service").add_subparsers(dest="service", required=True, metavar="SERVICE")
     draft = serve.add_parser("draft", help="the draft service (gRPC, default port 50051)")
@@ -227,13 +244,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     # The GGUF loader draws a bare tqdm bar; tqdm reads this variable when it is first imported.
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    # make-draft's bars are its progress output (shown on a terminal only: disable=None).
+    if args.command != "make-draft":
+        os.environ.setdefault("TQDM_DISABLE", "1")
     from specdec import commands  # deferred: torch/transformers load only for commands that need them
 
     handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
                 "up": commands.up, "healthcheck": commands.healthcheck,
                 "plan": commands.memory_plan, "check-lossless": commands.check_lossless,
-                "bench": commands.bench, "distill": commands.distill}
+                "bench": commands.bench, "distill": commands.distill, "make-draft": commands.make_draft}
     return handlers[args.command](args)
 
 

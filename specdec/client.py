@@ -20,7 +20,9 @@ from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 _SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p"}
 _OPTION_FIELDS = {"seed", "stop", "max_tokens", "ignore_eos", "acceptance"}
-_REQUEST_FIELDS = {"speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id"}
+_REQUEST_FIELDS = {"speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy",
+                   "provenance"}
+_POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
 _ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED,
                "greedy": common_pb2.ACCEPTANCE_MODE_GREEDY}
 
@@ -84,6 +86,8 @@ class VerifyClient:
     def generate_stream(self, prompt: Prompt, timeout: float | None = None, **settings) -> Iterator[verify_pb2.GenerateResponse]:
         """One GenerateResponse per round; cancelling the iterator (`.cancel()`) cancels the call."""
         request_settings = {k: settings.pop(k) for k in list(settings) if k in _REQUEST_FIELDS and settings[k] is not None}
+        if "speculation_policy" in request_settings:  # "auto" | "always"
+            request_settings["speculation_policy"] = _POLICY[request_settings["speculation_policy"]]
         request = verify_pb2.GenerateRequest(options=generation_options(prompt, **settings), **request_settings)
         return self.stub.Generate(request, timeout=timeout)
 

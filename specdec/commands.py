@@ -12,7 +12,7 @@ import time
 
 import yaml
 
-from specdec.config import SpecdecConfig, load_config
+from specdec.config import SpecdecConfig, TlsSection, load_config
 
 
 def configure_logging(level: str) -> None:
@@ -98,6 +98,25 @@ def make_tiny_pair(args: argparse.Namespace) -> int:
     _quiet_transformers("info")
     paths = build(args.directory, seed=args.seed)
     print(f"target: {paths.target}\ndraft:  {paths.draft}")
+    return 0
+
+
+def make_draft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specdec.bundled import BUNDLED_MODELS, bundled_model_path
+    from specdec.default_models import TARGET_NAME, models_dir
+    from specdec.make_draft import check_quant_type, make_draft as build
+
+    check_quant_type(args.type)
+    target = args.target or TARGET_NAME
+    bundled = target in BUNDLED_MODELS and not Path(target).exists()
+    source = bundled_model_path(target) if bundled else Path(target)
+    name = target if bundled else source.stem if source.suffix == ".gguf" else source.name
+    out = Path(args.out) if args.out else models_dir() / f"{name}-{args.type}.gguf"
+    print(f"specdec: making a {args.type} draft of {source}", file=sys.stderr)
+    made = build(source, args.type, out, args.threads)
+    print(f"{made.path}  ({made.size_bytes / 2**20:.1f} MiB, {made.seconds:.1f} s)")
     return 0
 
 
@@ -207,24 +226,38 @@ def up(args: argparse.Namespace) -> int:
 
 
 def healthcheck(args: argparse.Namespace) -> int:
-    """grpc.health.v1 for draft and verify (SERVING), GET /ready for the gateway; 0 = healthy."""
-    config = load_config(args.config)
+    """grpc.health.v1 for draft and verify (SERVING), GET /ready for the gateway; 0 = healthy.
+
+    The probe reads the service's own settings (config file, SPECDEC_* environment, the same TLS flags), so
+    inside the service's container it speaks TLS exactly when the service does."""
+    config = load_config(args.config, {"tls": {"cert_file": args.tls_cert, "key_file": args.tls_key, "ca_file": args.tls_ca}})
     ports = {"draft": config.draft_service.port, "verify": config.verify_service.port, "gateway": config.serving.port}
     address = args.address or f"localhost:{ports[args.service]}"
-    healthy, detail = _probe_http(address, args.timeout) if args.service == "gateway" else _probe_grpc(address, args.timeout)
+    if args.service == "gateway":
+        healthy, detail = _probe_http(address, args.timeout)
+    else:
+        healthy, detail = _probe_grpc(address, args.timeout, config.tls, args.tls_server_name)
     print(f"{args.service} at {address}: {detail}", file=sys.stderr if not healthy else sys.stdout)
     return 0 if healthy else 1
 
 
-def _probe_grpc(address: str, timeout: float) -> tuple[bool, str]:
+def _probe_grpc(address: str, timeout: float, tls: TlsSection, server_name: str | None) -> tuple[bool, str]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    from specdec.rpc.tls import channel_credentials, probe_tls
+
+    client_tls = probe_tls(tls)
+    if client_tls is None:
+        channel = grpc.insecure_channel(address)
+    else:
+        options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
+        channel = grpc.secure_channel(address, channel_credentials(client_tls), options=options)
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
         except grpc.RpcError as error:
-            return False, f"unreachable ({error.code().name})"
+            return False, f"unreachable ({error.code().name}{', TLS' if client_tls else ''})"
     return reply.status == health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
@@ -254,13 +287,21 @@ def memory_plan(args: argparse.Namespace) -> int:
 
 
 def check_lossless(args: argparse.Namespace) -> int:
-    from specdec.lossless_check import run
+    from specdec.errors import SpecdecError
+    from specdec.lossless_check import REJECTION_PROMPTS, USEFUL_TV, best_case_detectable_tv, run
+    from specdec.lossless_stats import POWER, SIGNIFICANCE
 
+    if args.samples < REJECTION_PROMPTS:
+        raise SpecdecError(f"--samples: at least {REJECTION_PROMPTS} (the rejection check splits them over {REJECTION_PROMPTS} prompts)")
+    if (best := best_case_detectable_tv(args.samples)) > USEFUL_TV:
+        print(f"specdec: warning: --samples {args.samples}: the rejection check cannot detect a total-variation distance below "
+              f"{best:.2f} even at best (power {POWER}, alpha {SIGNIFICANCE}); the distance shrinks as 1/sqrt(samples)", file=sys.stderr)
+    started = time.perf_counter()
     results = run(args.url, args.api_key, args.model, min(args.prompts, 12), args.max_tokens, args.samples)
     for result in results:
         print(f"{'PASS' if result.passed else 'FAIL'}  {result.name}: {result.detail}")
     passed = all(result.passed for result in results)
-    print("lossless: PASS" if passed else "lossless: FAIL")
+    print(f"lossless: {'PASS' if passed else 'FAIL'} ({time.perf_counter() - started:.0f} s)")
     return 0 if passed else 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -13,7 +13,9 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from specdec.enums import AcceptanceMode
 from specdec.errors import SpecdecError
-from specdec.tree import TreeShape
+
+if TYPE_CHECKING:
+    from specdec.tree import TreeShape
 
 
 class DraftMethod(str, Enum):
@@ -95,6 +97,8 @@ class SpeculativeSection(_Section):
     @property
     def tree(self) -> TreeShape | None:
         """The tree a drafter may propose each round; None for chains."""
+        from specdec.tree import TreeShape  # deferred: torch, which probes and `config show` do not need
+
         return TreeShape(self.tree_branching, self.tree_nodes) if self.verification is Verification.TREE else None
 
     def tree_request_fields(self) -> dict[str, int]:

@@ -9,3 +9,19 @@ class AcceptanceMode(str, Enum):
     GREEDY = "greedy"
     REJECTION = "rejection"
     COUPLED = "coupled"
+
+
+class SpeculationPolicy(str, Enum):
+    """Whether a speculative request follows the service's load-aware policy or drafts every round."""
+
+    AUTO = "auto"  # draft when the load-aware policy finds drafting faster at the current load
+    ALWAYS = "always"  # draft every round whatever the policy says (lossless checks, benchmarks of speculation itself)
+
+
+class TokenSource(str, Enum):
+    """Where an output token came from: the target's own choice, or an accepted candidate's drafter."""
+
+    TARGET = "target"  # recovered after a rejection, a bonus after a full accept, or target-only decoding
+    DRAFT = "draft"  # a draft model (a separate model, layer-skip, a GGUF copy of the target)
+    LOOKUP = "lookup"  # prompt lookup: the continuation of an earlier n-gram
+    PREDICTION = "prediction"  # the request's predicted output (OpenAI `prediction`)

@@ -29,3 +29,7 @@ class DraftUnavailableError(SpecdecError):
 
 class CapacityError(SpecdecError):
     """No room for the session now (KV cache budget, session slots): retry later."""
+
+
+class DraftConversionError(SpecdecError):
+    """`specdec make-draft` could not read its input or write the GGUF (the message says which)."""

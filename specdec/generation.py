@@ -13,6 +13,7 @@ from opentelemetry import trace
 
 from specdec.batching import SequenceRunner
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
+from specdec.enums import SpeculationPolicy
 from specdec.errors import DraftUnavailableError
 from specdec.load_policy import LoadAwareSpeculation
 from specdec.models import LoadedModel
@@ -93,8 +94,10 @@ class SpeculativeGenerator:
     def _round(self, target: TargetSession, draft: _Draft, stats: GenerationStats, parent, index: int) -> GenerationChunk:
         span = tracer.start_span("speculative.round", context=parent)
         started = time.perf_counter()
-        # NOTE: requests without speculation neither ask the load policy nor count in its measurements.
-        policy = self.load_policy if target.request.speculative else None
+        # NOTE: requests without speculation, or that draft always, neither ask the load policy nor
+        # count in its measurements.
+        request = target.request
+        policy = self.load_policy if request.speculative and request.speculation_policy is SpeculationPolicy.AUTO else None
         policy_drafting = policy is None or policy.drafting_allowed()
         budget = target.draft_budget() if policy_drafting else 0
         block = draft.propose(budget)

@@ -194,7 +194,8 @@ def _announce(plan: UpPlan) -> None:
     print(f"\nspecdec is up: {url}/v1 (model {model!r}); Ctrl-C stops it.\n")
     auth = " -H 'Authorization: Bearer <one of your API keys>'" if key else ""
     print(f"""curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\
-  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'\n""", flush=True)
+  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'\n""")
+    print(f"Playground (speculation token by token): {url}/\n", flush=True)
 
 
 def _any_api_key(plan: UpPlan) -> str | None:

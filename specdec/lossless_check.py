@@ -3,17 +3,24 @@
 Fixed seeds and sampling parameters, speculation on versus off:
   greedy    the texts are identical, prompt by prompt;
   coupled   at temperature > 0 with fixed seeds, the texts are identical too;
-  rejection the first generated token's distribution is the same (two-sample chi-square).
+  rejection the joint distribution of the first few generated tokens is the same, over several
+            prompts (a stratified two-sample chi-square, specdec.lossless_stats).
+
+Every "on" request asks to draft whatever the server's load-aware policy says (`"policy":
+"always"`), and each check reports what its "on" arm drafted from the responses' `speculative`
+statistics. A check fails when that arm did not speculate (a request that drafted nothing or fell
+back, or no accepted draft token at all): equal outputs prove nothing when no draft was verified.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import httpx
-from scipy.stats import chi2_contingency
+from specdec.bench import Gateway
+from specdec.lossless_stats import POWER, SIGNIFICANCE, Outcome, detectable_tv, joint_test
 
 PROMPTS = [
     "Explain why the sky is blue.", "Write a haiku about autumn.", "List three uses of a paperclip.",
@@ -21,77 +28,140 @@ PROMPTS = [
     "Summarise the plot of a fairy tale in two sentences.", "Why do we need sleep?", "Name a famous painting and its painter.",
     "How does a bicycle stay upright?", "Suggest a name for a bakery.", "What makes a good friend?",
 ]
-SIGNIFICANCE = 1e-3
+REJECTION_PROMPTS = 3  # strata of the rejection check: its samples are split over these prompts
+REJECTION_TOKENS = 3  # the joint outcome: the first tokens, so accepted, recovered and bonus tokens all count
+USEFUL_TV = 0.25  # a sample size that cannot detect a smaller distance even at best gets a warning
+_OFF_SEEDS = 10**9  # the "off" arm's seeds start here: independent of the "on" arm's
+
+
+@dataclass
+class Drafting:
+    """What a check's "on" arm did, from each response's `speculative` statistics."""
+
+    requests: int = 0
+    drafted: int = 0  # requests with draft tokens
+    fallbacks: int = 0
+    rounds: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    def add(self, stats: dict) -> None:
+        self.requests += 1
+        self.drafted += stats.get("draft_tokens", 0) > 0
+        self.fallbacks += bool(stats.get("fallback"))
+        self.rounds += stats.get("rounds", 0)
+        self.draft_tokens += stats.get("draft_tokens", 0)
+        self.accepted_tokens += stats.get("accepted_tokens", 0)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    def problems(self) -> list[str]:
+        """Why the "on" arm did not speculate; empty when every request drafted and some draft was accepted."""
+        problems = []
+        if self.fallbacks:
+            problems.append(f"{self.fallbacks}/{self.requests} \"on\" requests fell back to the target alone "
+                            "(the draft service is down, failing or too slow: see verify's log and specdec_spec_decode_fallbacks_total)")
+        if self.requests - self.drafted:
+            problems.append(f"{self.requests - self.drafted}/{self.requests} \"on\" requests drafted no tokens")
+        if self.requests and not self.accepted_tokens:
+            problems.append("no draft token was accepted in this check")
+        return problems
+
+    def describe(self) -> str:
+        return (f"on arm: {self.drafted}/{self.requests} requests drafted, {self.rounds} rounds, {self.draft_tokens} draft tokens, "
+                f"{self.accepted_tokens} accepted (acceptance {self.acceptance_rate:.3f})")
 
 
 @dataclass
 class CheckResult:
     name: str
-    passed: bool
-    detail: str
+    outcome: str  # what was compared and found
+    drafting: Drafting
+    reasons: list[str] = field(default_factory=list)  # why it failed; empty: passed
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+    @property
+    def detail(self) -> str:
+        why = f"; FAILED: {'; '.join(self.reasons)}" if self.reasons else ""
+        return f"{self.outcome}; {self.drafting.describe()}{why}"
+
+
+def _result(name: str, outcome: str, drafting: Drafting, reasons: list[str]) -> CheckResult:
+    return CheckResult(name, outcome, drafting, [*reasons, *(f"the on arm did not speculate: {p}" for p in drafting.problems())])
 
 
 class LosslessCheck:
-    def __init__(self, base_url: str, api_key: str | None, model: str | None, timeout: float = 120.0) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
-        self.model = model or self.http.get("/v1/models").raise_for_status().json()["data"][0]["id"]
+    def __init__(self, base_url: str, api_key: str | None, model: str | None) -> None:
+        self.gateway = Gateway(base_url, api_key, connections=1)
+        self.model = model or self.gateway.first_model()
 
-    def _choice(self, prompt: str, speculative: dict, **sampling) -> dict:
+    def close(self) -> None:
+        self.gateway.http.close()
+
+    def _choice(self, prompt: str, speculative: dict, drafting: Drafting | None, **sampling) -> dict:
+        """One completion's choice; an "on" request (`drafting` given) drafts every round and is counted."""
+        if drafting is not None:
+            speculative = {**speculative, "enabled": True, "policy": "always"}
         body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "speculative": speculative, **sampling}
-        reply = self.http.post("/v1/chat/completions", json=body)
-        if reply.status_code != 200:
-            raise RuntimeError(f"HTTP {reply.status_code}: {reply.text[:200]}")
-        return reply.json()["choices"][0]
+        reply = self.gateway.complete(body)
+        if drafting is not None:
+            drafting.add(reply.get("speculative") or {})
+        return reply["choices"][0]
 
-    def _text(self, prompt: str, speculative: dict, **sampling) -> str:
-        return self._choice(prompt, speculative, **sampling)["message"]["content"]
-
-    def _first_token(self, prompt: str, speculative: dict, **sampling) -> str:
-        # Two tokens, so the first one goes through a round with a draft candidate.
-        choice = self._choice(prompt, speculative, max_tokens=2, logprobs=True, **sampling)
-        return choice["logprobs"]["content"][0]["token"]
+    def _text(self, prompt: str, speculative: dict, drafting: Drafting | None, **sampling) -> str:
+        return self._choice(prompt, speculative, drafting, **sampling)["message"]["content"]
 
     def greedy(self, prompts: list[str], max_tokens: int) -> CheckResult:
-        differing = [p for p in prompts if self._text(p, {"enabled": True}, temperature=0, max_tokens=max_tokens)
-                     != self._text(p, {"enabled": False}, temperature=0, max_tokens=max_tokens)]
-        return CheckResult("greedy: spec on == spec off", not differing, f"{len(prompts) - len(differing)}/{len(prompts)} prompts identical")
+        drafting, sampling = Drafting(), {"temperature": 0, "max_tokens": max_tokens}
+        differing = [p for p in prompts if self._text(p, {}, drafting, **sampling) != self._text(p, {"enabled": False}, None, **sampling)]
+        return _result("greedy: spec on == spec off", f"{len(prompts) - len(differing)}/{len(prompts)} prompts identical", drafting,
+                       [f"{len(differing)} prompts gave different texts"] if differing else [])
 
     def coupled(self, prompts: list[str], max_tokens: int, temperature: float, seeds: int) -> CheckResult:
-        cases = list(itertools.product(prompts, range(seeds)))
+        cases, drafting = list(itertools.product(prompts, range(seeds))), Drafting()
         sampling = {"temperature": temperature, "max_tokens": max_tokens}
-        differing = [(p, s) for p, s in cases if self._text(p, {"enabled": True, "acceptance": "coupled"}, seed=s, **sampling)
-                     != self._text(p, {"enabled": False}, seed=s, **sampling)]
-        return CheckResult(f"coupled at T={temperature}: same seed, same text", not differing,
-                           f"{len(cases) - len(differing)}/{len(cases)} (prompt, seed) pairs identical")
+        differing = [(p, s) for p, s in cases if self._text(p, {"acceptance": "coupled"}, drafting, seed=s, **sampling)
+                     != self._text(p, {"enabled": False}, None, seed=s, **sampling)]
+        return _result(f"coupled at T={temperature}: same seed, same text",
+                       f"{len(cases) - len(differing)}/{len(cases)} (prompt, seed) pairs identical", drafting, [f"{len(differing)} (prompt, seed) pairs gave different texts"] if differing else [])
 
-    def rejection(self, prompt: str, samples: int, temperature: float) -> CheckResult:
-        """First-token distributions with speculation on (rejection) and off: a two-sample chi-square."""
-        on, off = Counter(), Counter()
-        for seed in range(samples):
-            on[self._first_token(prompt, {"enabled": True, "acceptance": "rejection"}, seed=seed, temperature=temperature)] += 1
-            off[self._first_token(prompt, {"enabled": False}, seed=10**6 + seed, temperature=temperature)] += 1
-        p_value = two_sample_p_value(on, off)
-        return CheckResult(f"rejection at T={temperature}: first-token distribution", p_value > SIGNIFICANCE,
-                           f"chi-square p = {p_value:.4g} over {samples} + {samples} samples, {len(on | off)} distinct tokens")
+    def _outcome(self, prompt: str, speculative: dict, drafting: Drafting | None, seed: int, temperature: float) -> Outcome:
+        choice = self._choice(prompt, speculative, drafting, max_tokens=REJECTION_TOKENS, logprobs=True, seed=seed, temperature=temperature)
+        return tuple(entry["token"] for entry in choice["logprobs"]["content"])
+
+    def rejection(self, prompts: list[str], samples: int, temperature: float) -> CheckResult:
+        """Joint first-token outcomes with speculation on (rejection acceptance) and off; `samples` per side, split over `prompts`."""
+        drafting, strata = Drafting(), []
+        for index, prompt in enumerate(prompts):
+            seeds = range(samples * index // len(prompts), samples * (index + 1) // len(prompts))
+            on = Counter(self._outcome(prompt, {"acceptance": "rejection"}, drafting, seed, temperature) for seed in seeds)
+            off = Counter(self._outcome(prompt, {"enabled": False}, None, _OFF_SEEDS + seed, temperature) for seed in seeds)
+            strata.append((on, off))
+        test = joint_test(strata)
+        outcome = (f"first {REJECTION_TOKENS} tokens jointly over {len(prompts)} prompts: chi-square p = {test.p_value:.4g} "
+                   f"({samples} + {samples} samples, {test.cells} cells, {test.dof} df)")
+        if not test.dof:
+            return _result(f"rejection at T={temperature}: joint token distribution", outcome, drafting,
+                           ["every prompt's outcomes fell into one cell: nothing was compared (raise --samples)"])
+        outcome += (f"; detects a total-variation distance >= {test.detectable_tv:.3f} between the binned outcome distributions "
+                    f"with power {POWER} at alpha {SIGNIFICANCE}")
+        reasons = [f"the distributions differ (p = {test.p_value:.4g} <= alpha {SIGNIFICANCE})"] if test.p_value <= SIGNIFICANCE else []
+        return _result(f"rejection at T={temperature}: joint token distribution", outcome, drafting, reasons)
 
 
-def two_sample_p_value(first: Counter, second: Counter, min_expected: float = 5.0) -> float:
-    """Chi-square homogeneity test; rare categories are pooled so each expected count is >= 5."""
-    total = first + second
-    common = [key for key, count in total.items() if count >= 2 * min_expected]
-    rare = [key for key in total if key not in common]
-    table = [[first[key] for key in common], [second[key] for key in common]]
-    if rare:
-        table[0].append(sum(first[key] for key in rare))
-        table[1].append(sum(second[key] for key in rare))
-    if len(table[0]) < 2:
-        return 1.0  # one category: both samples agree completely
-    return float(chi2_contingency(table).pvalue)
+def best_case_detectable_tv(samples: int) -> float:
+    """The distance the rejection check could detect at best with `samples` per side (two cells per prompt)."""
+    return detectable_tv(samples, REJECTION_PROMPTS)
 
 
 def run(base_url: str, api_key: str | None, model: str | None, prompts: int, max_tokens: int, samples: int) -> list[CheckResult]:
     check = LosslessCheck(base_url, api_key, model)
     chosen = PROMPTS[:prompts]
-    return [check.greedy(chosen, max_tokens), check.coupled(chosen[: max(1, prompts // 2)], max_tokens, 0.8, seeds=2),
-            check.rejection(chosen[0], samples, 1.0)]
+    with contextlib.closing(check):
+        return [check.greedy(chosen, max_tokens), check.coupled(chosen[: max(1, prompts // 2)], max_tokens, 0.8, seeds=2),
+                check.rejection(PROMPTS[:REJECTION_PROMPTS], samples, 1.0)]

@@ -32,6 +32,10 @@ class ServiceMetrics:
         self.accepted_per_position = Counter("specdec_spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by position in the block",
                                              ["position"], registry=registry)
         self.fallbacks = Counter("specdec_spec_decode_fallbacks", "Requests that fell back to target-only decoding", registry=registry)
+        # Verify: did a finished speculative request draft at all (policy auto may run it without drafting)?
+        self.speculative_requests = Counter("specdec_speculative_requests",
+                                            "Finished speculative requests by speculation policy and whether any round drafted",
+                                            ["policy", "drafted"], registry=registry)
         self.generated_tokens = Counter("specdec_generated_tokens", "Tokens emitted to callers", registry=registry)
         self.target_forwards = Counter("specdec_target_forwards", "Target forward passes (rounds and target-only steps)", registry=registry)
         self.requests = Counter("specdec_requests", "Finished requests by outcome code", ["code"], registry=registry)

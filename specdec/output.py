@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.enums import TokenSource
 from specdec.models import LoadedModel
 from specdec.request import GenerationRequest
 from specdec.text import IncrementalDetokenizer, StopStringMatcher
@@ -40,6 +41,10 @@ class GenerationChunk:
     finish_reason: str | None = None  # "stop" | "length" once finished
     logprobs: list[TokenLogprob] = field(default_factory=list)
     round: RoundInfo | None = None
+    # Per token: the part of `text` released when it was verified (joined, they are `text`, except
+    # that a chunk with no token may still release held-back text), and where the token came from.
+    token_texts: list[str] = field(default_factory=list)
+    sources: list[TokenSource] = field(default_factory=list)
 
 
 class OutputTracker:
@@ -58,24 +63,26 @@ class OutputTracker:
         return self.request.max_tokens - self.num_generated
 
     def push(self, token_ids: list[int]) -> GenerationChunk:
-        kept, text = [], []
+        kept, texts = [], []
         for token_id in token_ids:
             if token_id in self.eos_ids:
                 self.finish_reason = "stop"
                 break
             kept.append(token_id)
             self.num_generated += 1
-            text.append(self.stop_matcher.push(self.detokenizer.push(token_id)))
+            texts.append(self.stop_matcher.push(self.detokenizer.push(token_id)))
             if self.stop_matcher.stopped:
                 self.finish_reason = "stop"
                 break
             if self.remaining <= 0:
                 self.finish_reason = "length"
                 break
+        tail = ""
         if self.finish_reason is not None and not self.stop_matcher.stopped:
-            text.append(self.stop_matcher.push(self.detokenizer.flush()))
-            text.append(self.stop_matcher.flush())
-        return GenerationChunk(kept, "".join(text), self.finish_reason)
+            tail = self.stop_matcher.push(self.detokenizer.flush()) + self.stop_matcher.flush()
+            if texts:  # text held back until the end is released by the last token
+                texts[-1], tail = texts[-1] + tail, ""
+        return GenerationChunk(kept, "".join(texts) + tail, self.finish_reason, token_texts=texts)
 
 
 def token_logprobs(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from specdec.enums import AcceptanceMode
+from specdec.enums import AcceptanceMode, SpeculationPolicy
 from specdec.limits import Seed, TopLogprobs
 from specdec.sampling import SamplingParams
 from specdec.tree import TreeShape
@@ -27,6 +27,9 @@ class GenerationRequest(BaseModel):
     seed: Seed = Field(default_factory=lambda: secrets.randbits(63))
     stop: list[str] = Field(default_factory=list)
     speculative: bool = True
+    # always: every round drafts (adaptive K never goes below 1), whatever the service's load-aware
+    # policy says; a failing drafter still falls back to the target alone.
+    speculation_policy: SpeculationPolicy = SpeculationPolicy.AUTO
     num_draft_tokens: int = Field(5, ge=1, le=64)  # K; with adaptive_k, the most K may grow to
     adaptive_k: bool = False  # choose K per round from measured acceptance and costs (specdec.adaptive_k)
     min_draft_tokens: int = Field(0, ge=0, le=64)  # the least adaptive K may shrink to; 0 lets it stop drafting

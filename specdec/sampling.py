@@ -6,6 +6,7 @@ distribution p that speculative decoding must reproduce is defined in exactly on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -84,7 +85,12 @@ def _mask_below_min_p(probs: torch.Tensor, min_p: float) -> torch.Tensor:
 
 
 class SparseDistribution(NamedTuple):
-    """A distribution over a few token ids; every id outside `token_ids` has probability 0."""
+    """A distribution over a few token ids; every id outside `token_ids` has probability 0.
+
+    NOTE: rows of one tensor may have come from drafters of different widths (a looked-up block's
+    point mass is 1 wide, a model's q `draft_top_k` wide): `concat_sparse` pads the narrower ones
+    with entries of probability 0, which `densify` adds as nothing.
+    """
 
     token_ids: torch.Tensor  # [..., n] int64
     probs: torch.Tensor  # [..., n], rows sum to 1
@@ -108,3 +114,32 @@ def densify(sparse: SparseDistribution, vocab_size: int) -> torch.Tensor:  # [..
     probs = sparse.probs
     dense = torch.zeros(*probs.shape[:-1], vocab_size, dtype=probs.dtype, device=probs.device)
     return dense.scatter_add_(-1, sparse.token_ids.long(), probs)
+
+
+def concat_sparse(parts: Sequence[SparseDistribution]) -> SparseDistribution:  # [sum of k, widest n]
+    """The rows of `parts` ([k_i, n_i] each) one after another, padded to the widest.
+
+    A padding entry repeats its row's first id with probability 0, so it is a valid id and every row
+    densifies to exactly the distribution it had: the rejection math sees the same q.
+    """
+    width = max(part.token_ids.shape[-1] for part in parts)
+    padded = [_padded(part, width) for part in parts]
+    return SparseDistribution(torch.cat([part.token_ids for part in padded]), torch.cat([part.probs for part in padded]))
+
+
+def _padded(sparse: SparseDistribution, width: int) -> SparseDistribution:  # [k, width]
+    missing = width - sparse.token_ids.shape[-1]
+    if missing == 0:
+        return sparse
+    rows = sparse.token_ids.shape[0]
+    return SparseDistribution(torch.cat([sparse.token_ids, sparse.token_ids[:, :1].expand(rows, missing)], dim=-1),
+                              torch.cat([sparse.probs, sparse.probs.new_zeros(rows, missing)], dim=-1))
+
+
+def sparse_rows(sparse: SparseDistribution) -> list[tuple[list[int], list[float]]]:
+    """Each row as (ids, probs) without its entries of probability 0 (padding among them): no id twice."""
+    rows = []
+    for token_ids, probs in zip(sparse.token_ids.tolist(), sparse.probs.tolist()):
+        kept = [(token_id, prob) for token_id, prob in zip(token_ids, probs) if prob > 0.0]
+        rows.append(([token_id for token_id, _ in kept], [prob for _, prob in kept]))
+    return rows

@@ -15,7 +15,7 @@ from specdec.acceptance import RoundVerdict, coupled_accept, coupled_tree_accept
 from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
 from specdec.batching import SequenceRunner
 from specdec.drafters.base import DraftBlock
-from specdec.enums import AcceptanceMode
+from specdec.enums import AcceptanceMode, SpeculationPolicy, TokenSource
 from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.noise import keyed_gumbel
@@ -69,6 +69,7 @@ class TargetSession:
             verdict, logits = self._verify_tree(block)
         self.committed.extend(verdict.token_ids)
         chunk = self.output.push(verdict.token_ids)
+        chunk.sources = round_sources(block, verdict)[: len(chunk.token_ids)]
         if self.request.logprobs:
             chunk.logprobs = token_logprobs(logits, chunk.token_ids, self.request.top_logprobs)
         target_ms = (time.perf_counter() - started) * 1000
@@ -113,6 +114,13 @@ class TargetSession:
         self.lm.release()
 
 
+def round_sources(block: DraftBlock, verdict: RoundVerdict) -> list[TokenSource]:
+    """Where each of the round's tokens came from: the accepted candidates' drafters, then the target."""
+    candidate_sources = block.candidate_sources()
+    accepted = verdict.accepted_nodes if verdict.accepted_nodes is not None else range(verdict.num_accepted)
+    return [*(candidate_sources[node] for node in accepted), TokenSource.TARGET]
+
+
 def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:
     """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens.
 
@@ -121,7 +129,10 @@ def draft_length_controller(request: GenerationRequest) -> DraftLengthController
     if not (request.adaptive_k and request.speculative) or request.tree is not None:
         return None
     max_k = request.num_draft_tokens
-    return DraftLengthController(AdaptiveKSettings(min_k=min(request.min_draft_tokens, max_k), max_k=max_k))
+    least = request.min_draft_tokens
+    if request.speculation_policy is SpeculationPolicy.ALWAYS:
+        least = max(1, least)  # "always" drafts every round: adaptive K may shrink, but not to 0
+    return DraftLengthController(AdaptiveKSettings(min_k=min(least, max_k), max_k=max_k))
 
 
 def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:

@@ -8,6 +8,7 @@ gets a realistic, well-above-zero acceptance rate.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,13 +159,26 @@ def _save(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, path: Pat
     tokenizer.save_pretrained(path)
 
 
+def _make_world_readable(root: Path) -> None:
+    """0755 directories, 0644 files: containers read the pair as another uid (safetensors writes 0600)."""
+    for directory, _, files in os.walk(root):
+        os.chmod(directory, 0o755)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o644)
+
+
 def make_tiny_pair(out_dir: str | Path, seed: int = 0) -> TinyPairPaths:
-    """Write `out_dir/target` and `out_dir/draft` as loadable HF model dirs."""
+    """Write `out_dir/target` and `out_dir/draft` as loadable HF model dirs, readable by every user."""
     out = Path(out_dir)
+    created = not out.exists()
     paths = TinyPairPaths(target=out / "target", draft=out / "draft")
     tokenizer = _train_tokenizer()
     target = _build_target(tokenizer, seed)
     draft = _build_draft(target, tokenizer)
     _save(target, tokenizer, paths.target)
     _save(draft, tokenizer, paths.draft)
+    for path in (paths.target, paths.draft):
+        _make_world_readable(path)
+    if created:  # a directory the caller already had keeps its mode
+        out.chmod(0o755)
     return paths

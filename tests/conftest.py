@@ -171,36 +171,43 @@ def verify_client(verify_server):
         yield client
 
 
-class GatewayThread:
-    """A real uvicorn server running the gateway app on a free loopback port, in a thread."""
+class ServerThread:
+    """A real uvicorn server running an ASGI app on a free loopback port, in a thread."""
 
-    def __init__(self, config) -> None:
+    def __init__(self, app, name: str = "test-server", log_level: str = "warning") -> None:
         import threading
 
         import uvicorn
 
-        from gateway.app import create_app
-
-        self.app = create_app(config)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, name="test-gateway", daemon=True)
+        self.app = app
+        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level=log_level, lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, name=name, daemon=True)
         self.thread.start()
         import time
 
         deadline = time.monotonic() + 30
         while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "gateway did not start"
+            assert time.monotonic() < deadline and self.thread.is_alive(), f"{name} did not start"
             time.sleep(0.02)
         port = self.server.servers[0].sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
 
-    @property
-    def gateway(self):
-        return self.app.state.gateway
-
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=15)
+
+
+class GatewayThread(ServerThread):
+    """The gateway app in a ServerThread."""
+
+    def __init__(self, config) -> None:
+        from gateway.app import create_app
+
+        super().__init__(create_app(config), name="test-gateway")
+
+    @property
+    def gateway(self):
+        return self.app.state.gateway
 
 
 @pytest.fixture
@@ -227,3 +234,22 @@ def gateway_url(verify_server):
     gateway = GatewayThread(SpecdecConfig(serving={"verify_endpoint": f"127.0.0.1:{verify_server.port}"}))
     yield gateway.url
     gateway.stop()
+
+
+@pytest.fixture
+def load_policy_decided_off():
+    """A factory of real load-aware policies that measured drafting 4x slower and run plain steps
+    (their clocks then stand still, so they stay off)."""
+    from specdec.load_policy import LoadAwareSpeculation
+
+    def make() -> LoadAwareSpeculation:
+        now = [0.0]
+        policy = LoadAwareSpeculation(lambda: 1, window_s=1.0, clock=lambda: now[0])
+        for drafting, tokens in ((True, 10), (False, 40)):
+            assert policy.drafting_allowed() is drafting
+            policy.record_round(drafting, tokens, 1.0)
+            now[0] += 1.0
+        assert not policy.drafting_allowed() and policy.buckets[1].log_gain < 0
+        return policy
+
+    return make

@@ -4,6 +4,7 @@ Prometheus scraping, and the OpenAI error-body assertion."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -92,6 +94,65 @@ class ServiceProcess:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+START_TIMEOUT_S = 120  # three processes importing torch on 2 busy cores
+
+
+class LoopbackStack:
+    """`specdec serve` draft, verify and gateway processes on free loopback ports, as deployed."""
+
+    def __init__(self, pair, directory, max_sessions: int = 64) -> None:
+        self.ports = {name: free_port() for name in ("draft", "verify", "gateway", "draft_metrics", "verify_metrics")}
+        ports = self.ports
+        self.max_sessions = max_sessions  # verify's sessions, and as many generations admitted by the gateway
+        self.draft = ServiceProcess("draft", ["--draft", str(pair.draft), "--port", str(ports["draft"]),
+                                              "--metrics-port", str(ports["draft_metrics"])], directory / "draft.log")
+        self.verify = ServiceProcess("verify", ["--target", str(pair.target), "--port", str(ports["verify"]),
+                                                "--metrics-port", str(ports["verify_metrics"]), "--draft-endpoint", f"127.0.0.1:{ports['draft']}",
+                                                "--max-sessions", str(max_sessions)],
+                                     directory / "verify.log")
+        # connect timeout 1 s: "verify is gone" must be a fast 503, not a 2 s wait per request
+        self.gateway = ServiceProcess("gateway", ["--port", str(ports["gateway"]), "--verify-endpoint", f"127.0.0.1:{ports['verify']}"],
+                                      directory / "gateway.log", env={"SPECDEC_SERVING__UPSTREAM_CONNECT_TIMEOUT_S": "1",
+                                                                         "SPECDEC_SERVING__MAX_CONCURRENT_REQUESTS": str(max_sessions)})
+        self.url = f"http://127.0.0.1:{ports['gateway']}"
+
+    @property
+    def processes(self) -> dict[str, ServiceProcess]:
+        return {"draft": self.draft, "verify": self.verify, "gateway": self.gateway}
+
+    def heal(self) -> None:
+        """Start whatever is not running, in start order, and wait until each serves."""
+        for name, process in self.processes.items():
+            if not process.alive():
+                process.start()
+            wait_until(lambda name=name: self.serving(name), START_TIMEOUT_S, f"{name} did not serve", interval=0.2)
+
+    def serving(self, name: str) -> bool:
+        assert self.processes[name].alive(), f"{name} exited:\n{self.processes[name].output()[-3000:]}"
+        return http_ok(f"{self.url}/ready") if name == "gateway" else grpc_serving(self.ports[name])
+
+    def sessions(self) -> dict[str, float]:
+        """Live sessions per service: the `specdec_requests_running` gauge each one exports."""
+        urls = {"draft": f"http://127.0.0.1:{self.ports['draft_metrics']}/metrics",
+                "verify": f"http://127.0.0.1:{self.ports['verify_metrics']}/metrics", "gateway": f"{self.url}/metrics"}
+        return {name: scrape(url, "specdec_requests_running") for name, url in urls.items()}
+
+    def stop(self) -> None:
+        for process in reversed(self.processes.values()):
+            process.stop()
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls, pair, directory, **options) -> Iterator[LoopbackStack]:
+        """A healthy stack for the `with` block; every process is stopped after it."""
+        stack = cls(pair, directory, **options)
+        try:
+            stack.heal()
+            yield stack
+        finally:
+            stack.stop()
+
+
 def grpc_serving(port: int) -> bool:
     with VerifyClient(f"127.0.0.1:{port}") as client:  # its health stub speaks to any of our services
         return client.is_serving(timeout=1.0)
@@ -148,6 +209,11 @@ def sse_events(lines):
 
 def streamed_text(payloads: list) -> str:
     return "".join(choice.get("delta", {}).get("content") or choice.get("text") or "" for p in payloads for choice in p["choices"])
+
+
+def streamed_speculative(payloads: list) -> dict:
+    """The speculative statistics of a stream (its last chunk that has them)."""
+    return next(p["speculative"] for p in reversed(payloads) if p.get("speculative"))
 
 
 def sampling_params_strategy():

@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 
 import grpc
 
@@ -116,7 +117,7 @@ class RemoteDraftSession:
         except InvalidRequestError as error:
             # A drafter that sends an invalid block is treated like one that failed: never trusted.
             raise DraftUnavailableError(f"the draft service sent an invalid block: {error}") from error
-        return DraftBlock(block.candidate_ids, block.draft_probs, compute_ms=response.draft_ms, tree_parents=block.tree_parents)
+        return replace(block, compute_ms=response.draft_ms)
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         was_tree = self.committed.last_parents is not None

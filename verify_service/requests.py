@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from specdec.config import SpecdecConfig
-from specdec.enums import AcceptanceMode
+from specdec.enums import AcceptanceMode, SpeculationPolicy
 from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
@@ -14,6 +14,9 @@ from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64
+_POLICY_FROM_PROTO = {verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy.AUTO,
+                      verify_pb2.SPECULATION_POLICY_AUTO: SpeculationPolicy.AUTO,
+                      verify_pb2.SPECULATION_POLICY_ALWAYS: SpeculationPolicy.ALWAYS}
 
 
 def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, max_chars: int) -> int:
@@ -92,4 +95,7 @@ def generate_overrides(request: verify_pb2.GenerateRequest) -> dict:
         overrides["speculative"] = request.speculative
     if request.HasField("num_draft_tokens"):
         overrides["num_draft_tokens"] = request.num_draft_tokens
+    if request.speculation_policy not in _POLICY_FROM_PROTO:
+        raise InvalidRequestError("speculation_policy", f"unknown speculation policy {request.speculation_policy}")
+    overrides["speculation_policy"] = _POLICY_FROM_PROTO[request.speculation_policy]
     return overrides

@@ -5,14 +5,18 @@ from __future__ import annotations
 from specdec.acceptance import RoundVerdict
 from specdec.output import GenerationChunk, TokenLogprob
 from specdec.request import GenerationRequest, GenerationStats
+from specdec.rpc.convert import source_to_proto
 from specdec.target_session import TargetSession
 from specdec.v1 import verify_pb2
 
 
 def generate_response(chunk: GenerationChunk, request: GenerationRequest, stats: GenerationStats, completion_tokens: int,
-                      tokenizer) -> verify_pb2.GenerateResponse:
+                      tokenizer, provenance: bool = False) -> verify_pb2.GenerateResponse:
     message = verify_pb2.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, seed=request.seed)
     message.logprobs.extend(_logprob(entry, tokenizer) for entry in chunk.logprobs)
+    if provenance:
+        message.tokens.extend(verify_pb2.TokenProvenance(source=source_to_proto(source), text=text)
+                              for source, text in zip(chunk.sources, chunk.token_texts, strict=True))
     if chunk.round is not None:
         info = chunk.round
         message.round.CopyFrom(verify_pb2.RoundStats(

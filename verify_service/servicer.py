@@ -97,9 +97,11 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             async for chunk in self._drive(chunks, context):
                 completion_tokens += len(chunk.token_ids)
                 self._record_round(chunk, timing)
-                yield generate_response(chunk, generation, stats, completion_tokens, target.tokenizer)
+                yield generate_response(chunk, generation, stats, completion_tokens, target.tokenizer, request.provenance)
             if stats.fallback:
                 self.metrics.fallbacks.inc()
+            if generation.speculative:
+                self.metrics.speculative_requests.labels(generation.speculation_policy.value, "yes" if stats.draft_tokens else "no").inc()
 
     def _record_round(self, chunk: GenerationChunk, timing: _EmitTiming) -> None:
         info = chunk.round

@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 
 from specdec.batching import BatchingOptions
-from specdec.enums import AcceptanceMode
+from specdec.enums import AcceptanceMode, TokenSource
 from specdec.sampling import SamplingParams, SparseDistribution
 from specdec.tree import TreeShape, check_root_path, tree_depth
 
@@ -42,6 +42,8 @@ class DraftBlock:
     # A token tree (specdec.tree): the parent of each candidate, -1 = after the committed tokens;
     # None: a chain. Tree blocks come only in greedy and coupled modes (draft_probs None).
     tree_parents: list[int] | None = None
+    # Where each candidate came from, one per candidate; empty: all from a draft model.
+    sources: tuple[TokenSource, ...] = ()
 
     def __len__(self) -> int:
         return int(self.candidate_ids.shape[0])
@@ -50,6 +52,9 @@ class DraftBlock:
     def depth(self) -> int:
         """Candidates on the longest root path: what the round's K bounds."""
         return len(self) if self.tree_parents is None else tree_depth(self.tree_parents)
+
+    def candidate_sources(self) -> list[TokenSource]:
+        return list(self.sources) if self.sources else [TokenSource.DRAFT] * len(self)
 
     @staticmethod
     def empty() -> DraftBlock:

@@ -10,6 +10,7 @@ import torch
 
 from specdec.batching import BatchingOptions
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
+from specdec.enums import TokenSource
 from specdec.sampling import SparseDistribution
 
 
@@ -52,7 +53,8 @@ def point_mass_block(candidates: list[int]) -> DraftBlock:
     """A block of looked-up candidates. The lookup is deterministic: q is a point mass on each
     candidate, sent as such so rejection sampling stays exact (accept with probability p(x))."""
     token_ids = torch.tensor(candidates, dtype=torch.long)  # [k]
-    return DraftBlock(token_ids, SparseDistribution(token_ids.reshape(-1, 1), torch.ones(len(candidates), 1, dtype=torch.float64)))
+    return DraftBlock(token_ids, SparseDistribution(token_ids.reshape(-1, 1), torch.ones(len(candidates), 1, dtype=torch.float64)),
+                      sources=(TokenSource.LOOKUP,) * len(candidates))
 
 
 def lookup_continuation(token_ids: Sequence[int], num_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftSession, check_num_accepted
-from specdec.sampling import SparseDistribution
+from specdec.sampling import concat_sparse
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,8 @@ def _joined(parts: Sequence[DraftBlock]) -> DraftBlock:
     if not parts:
         return DraftBlock.empty()
     candidate_ids = torch.cat([part.candidate_ids for part in parts])
+    sources = tuple(source for part in parts for source in part.candidate_sources())  # behind prompt lookup, a mix
     if parts[0].draft_probs is None:
-        return DraftBlock(candidate_ids)
-    return DraftBlock(candidate_ids, SparseDistribution(torch.cat([part.draft_probs.token_ids for part in parts]),
-                                                        torch.cat([part.draft_probs.probs for part in parts])))
+        return DraftBlock(candidate_ids, sources=sources)
+    # NOTE: behind prompt lookup a block joins looked-up steps (q 1 wide) and model steps (q draft_top_k wide).
+    return DraftBlock(candidate_ids, concat_sparse([part.draft_probs for part in parts]), sources=sources)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 
 import torch
 from pydantic import ValidationError
 
 from specdec.drafters.base import DraftBlock
-from specdec.enums import AcceptanceMode
+from specdec.enums import AcceptanceMode, TokenSource
 from specdec.errors import InvalidRequestError
-from specdec.sampling import SamplingParams, SparseDistribution
+from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, sparse_rows
 from specdec.tree import check_parents
 from specdec.v1 import common_pb2
 
@@ -22,6 +23,17 @@ _ACCEPTANCE_FROM_PROTO = {
     common_pb2.ACCEPTANCE_MODE_GREEDY: AcceptanceMode.GREEDY,
 }
 _ACCEPTANCE_TO_PROTO = {mode: value for value, mode in _ACCEPTANCE_FROM_PROTO.items() if mode is not None}
+_SOURCE_TO_PROTO = {
+    TokenSource.TARGET: common_pb2.TOKEN_SOURCE_TARGET,
+    TokenSource.DRAFT: common_pb2.TOKEN_SOURCE_DRAFT,
+    TokenSource.LOOKUP: common_pb2.TOKEN_SOURCE_LOOKUP,
+    TokenSource.PREDICTION: common_pb2.TOKEN_SOURCE_PREDICTION,
+}
+# What a drafter may say about its candidates (never TARGET: the target's tokens are the verifier's to name).
+_CANDIDATE_SOURCE_FROM_PROTO = {
+    common_pb2.TOKEN_SOURCE_UNSPECIFIED: TokenSource.DRAFT,
+    **{value: source for source, value in _SOURCE_TO_PROTO.items() if source is not TokenSource.TARGET},
+}
 Q_SUM_TOLERANCE = 1e-3
 
 
@@ -48,16 +60,34 @@ def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
     return common_pb2.SamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, min_p=params.min_p)
 
 
+def source_to_proto(source: TokenSource) -> int:
+    return _SOURCE_TO_PROTO[source]
+
+
 def block_to_proto(block: DraftBlock) -> common_pb2.CandidateBlock:
-    message = common_pb2.CandidateBlock(token_ids=block.candidate_ids.tolist(), parent_indices=block.tree_parents or [])
+    message = common_pb2.CandidateBlock(token_ids=block.candidate_ids.tolist(), parent_indices=block.tree_parents or [],
+                                        sources=[source_to_proto(source) for source in block.sources])
     if block.draft_probs is not None:
-        for token_ids, probs in zip(block.draft_probs.token_ids.tolist(), block.draft_probs.probs.tolist()):
+        for token_ids, probs in sparse_rows(block.draft_probs):
             message.draft_probs.add(token_ids=token_ids, probs=probs)
     return message
 
 
 def block_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_draft_probs: bool, field: str = "block") -> DraftBlock:
-    """A candidate block, checked: ids in the vocabulary and, where q is needed, a valid q per candidate."""
+    """A candidate block, checked: ids in the vocabulary, where q is needed a valid q per candidate,
+    and a known source per candidate when sources are given."""
+    block = _candidates_from_proto(message, vocab_size, needs_draft_probs, field)
+    if not message.sources:
+        return block
+    if len(message.sources) != len(block):
+        raise InvalidRequestError(f"{field}.sources", f"{len(message.sources)} sources for {len(block)} candidates")
+    unknown = next((value for value in message.sources if value not in _CANDIDATE_SOURCE_FROM_PROTO), None)
+    if unknown is not None:
+        raise InvalidRequestError(f"{field}.sources", f"{unknown} is not a drafter's source (DRAFT, LOOKUP or PREDICTION)")
+    return replace(block, sources=tuple(_CANDIDATE_SOURCE_FROM_PROTO[value] for value in message.sources))
+
+
+def _candidates_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_draft_probs: bool, field: str) -> DraftBlock:
     candidates = list(message.token_ids)
     _check_ids(candidates, vocab_size, f"{field}.token_ids")
     if not candidates and not message.draft_probs and not message.parent_indices:
@@ -107,11 +137,8 @@ def _checked_distribution(dist: common_pb2.SparseDistribution, candidate: int, v
 
 
 def _stack_ragged(rows: list[tuple[list[int], list[float]]]) -> SparseDistribution:
-    """Pad rows to one width with (id of the row's first entry, probability 0): densify adds 0 there."""
-    width = max(len(ids) for ids, _ in rows)
-    token_ids = [ids + [ids[0]] * (width - len(ids)) for ids, _ in rows]
-    probs = [p + [0.0] * (width - len(p)) for _, p in rows]
-    return SparseDistribution(torch.tensor(token_ids, dtype=torch.long), torch.tensor(probs, dtype=torch.float64))
+    return concat_sparse([SparseDistribution(torch.tensor([ids], dtype=torch.long), torch.tensor([probs], dtype=torch.float64))
+                          for ids, probs in rows])
 
 
 def vocab_fingerprint(tokenizer) -> str:

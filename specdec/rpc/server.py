@@ -10,7 +10,6 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator, Iterable
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 from specdec.config import TlsSection
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError
 from specdec.metrics import ServiceMetrics
+from specdec.rpc.tls import channel_credentials, server_credentials
 from specdec.rpc.undecodable import RefuseUndecodable
 from specdec.telemetry import grpc_client_interceptors, grpc_server_interceptors
 
@@ -71,19 +71,6 @@ async def set_serving(health_servicer: health.aio.HealthServicer, service_names:
         await health_servicer.set(name, status)
 
 
-def server_credentials(tls: TlsSection) -> grpc.ServerCredentials:
-    key, cert = _read(tls.key_file, "tls.key_file"), _read(tls.cert_file, "tls.cert_file")
-    ca = _read(tls.ca_file, "tls.ca_file") if tls.ca_file else None
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=tls.require_client_auth)
-
-
-def channel_credentials(tls: TlsSection) -> grpc.ChannelCredentials:
-    ca = _read(tls.ca_file, "tls.ca_file") if tls.ca_file else None
-    key = _read(tls.client_key_file, "tls.client_key_file") if tls.client_key_file else None
-    cert = _read(tls.client_cert_file, "tls.client_cert_file") if tls.client_cert_file else None
-    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-
-
 def aio_channel(target: str, tls: TlsSection | None = None, round_robin: bool = True) -> grpc.aio.Channel:
     """A channel to `target` ("host:port" or "dns:///host:port" for round-robin over replicas)."""
     options = [*CHANNEL_OPTIONS, ("grpc.lb_policy_name", "round_robin")] if round_robin else CHANNEL_OPTIONS
@@ -91,13 +78,6 @@ def aio_channel(target: str, tls: TlsSection | None = None, round_robin: bool = 
     if tls is not None and tls.client_enabled:
         return grpc.aio.secure_channel(target, channel_credentials(tls), options=options, interceptors=interceptors)
     return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
-
-
-def _read(path: str | None, field: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except (OSError, TypeError) as error:
-        raise SpecdecError(f"{field}: cannot read {path!r}") from error
 
 
 class SessionLimit:
@@ -163,7 +143,13 @@ async def run_until_signalled(server, grace_seconds: float, name: str, announce_
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:
+        # A model that fails to load (bad path, no memory) ends the process with its one-line error; stopping
+        # the bound server here keeps the loop's teardown from adding a traceback after it.
+        await server.stop(0)
+        raise
     await stop.wait()
     log.info("%s draining: NOT_SERVING now, refusing new calls in %.1fs, in-flight streams get %.0fs", name, announce_seconds, grace_seconds)
     await set_serving(server.health, server.service_names, False)

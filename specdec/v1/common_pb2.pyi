@@ -13,10 +13,23 @@ class AcceptanceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACCEPTANCE_MODE_REJECTION: _ClassVar[AcceptanceMode]
     ACCEPTANCE_MODE_COUPLED: _ClassVar[AcceptanceMode]
     ACCEPTANCE_MODE_GREEDY: _ClassVar[AcceptanceMode]
+
+class TokenSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOKEN_SOURCE_UNSPECIFIED: _ClassVar[TokenSource]
+    TOKEN_SOURCE_TARGET: _ClassVar[TokenSource]
+    TOKEN_SOURCE_DRAFT: _ClassVar[TokenSource]
+    TOKEN_SOURCE_LOOKUP: _ClassVar[TokenSource]
+    TOKEN_SOURCE_PREDICTION: _ClassVar[TokenSource]
 ACCEPTANCE_MODE_UNSPECIFIED: AcceptanceMode
 ACCEPTANCE_MODE_REJECTION: AcceptanceMode
 ACCEPTANCE_MODE_COUPLED: AcceptanceMode
 ACCEPTANCE_MODE_GREEDY: AcceptanceMode
+TOKEN_SOURCE_UNSPECIFIED: TokenSource
+TOKEN_SOURCE_TARGET: TokenSource
+TOKEN_SOURCE_DRAFT: TokenSource
+TOKEN_SOURCE_LOOKUP: TokenSource
+TOKEN_SOURCE_PREDICTION: TokenSource
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "min_p")
@@ -39,14 +52,16 @@ class SparseDistribution(_message.Message):
     def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., probs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class CandidateBlock(_message.Message):
-    __slots__ = ("token_ids", "draft_probs", "parent_indices")
+    __slots__ = ("token_ids", "draft_probs", "parent_indices", "sources")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_PROBS_FIELD_NUMBER: _ClassVar[int]
     PARENT_INDICES_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     draft_probs: _containers.RepeatedCompositeFieldContainer[SparseDistribution]
     parent_indices: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., parent_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+    sources: _containers.RepeatedScalarFieldContainer[TokenSource]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Iterable[_Union[SparseDistribution, _Mapping]]] = ..., parent_indices: _Optional[_Iterable[int]] = ..., sources: _Optional[_Iterable[_Union[TokenSource, str]]] = ...) -> None: ...
 
 class ServerStatusRequest(_message.Message):
     __slots__ = ()

@@ -1,11 +1,21 @@
 from specdec.v1 import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SpeculationPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPECULATION_POLICY_UNSPECIFIED: _ClassVar[SpeculationPolicy]
+    SPECULATION_POLICY_AUTO: _ClassVar[SpeculationPolicy]
+    SPECULATION_POLICY_ALWAYS: _ClassVar[SpeculationPolicy]
+SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy
+SPECULATION_POLICY_AUTO: SpeculationPolicy
+SPECULATION_POLICY_ALWAYS: SpeculationPolicy
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -50,20 +60,24 @@ class GenerationOptions(_message.Message):
     def __init__(self, text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id")
+    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy", "provenance")
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPECULATION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     options: GenerationOptions
     speculative: bool
     num_draft_tokens: int
     logprobs: bool
     top_logprobs: int
     request_id: str
-    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+    speculation_policy: SpeculationPolicy
+    provenance: bool
+    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ..., speculation_policy: _Optional[_Union[SpeculationPolicy, str]] = ..., provenance: _Optional[bool] = ...) -> None: ...
 
 class TopLogprob(_message.Message):
     __slots__ = ("token_id", "token", "logprob")
@@ -129,8 +143,16 @@ class SpeculativeSummary(_message.Message):
     fallback: bool
     def __init__(self, enabled: _Optional[bool] = ..., rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., fallback: _Optional[bool] = ...) -> None: ...
 
+class TokenProvenance(_message.Message):
+    __slots__ = ("source", "text")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    source: _common_pb2.TokenSource
+    text: str
+    def __init__(self, source: _Optional[_Union[_common_pb2.TokenSource, str]] = ..., text: _Optional[str] = ...) -> None: ...
+
 class GenerateResponse(_message.Message):
-    __slots__ = ("token_ids", "text", "logprobs", "round", "finish_reason", "usage", "summary", "seed")
+    __slots__ = ("token_ids", "text", "logprobs", "round", "finish_reason", "usage", "summary", "seed", "tokens")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +161,7 @@ class GenerateResponse(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     text: str
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
@@ -147,7 +170,8 @@ class GenerateResponse(_message.Message):
     usage: Usage
     summary: SpeculativeSummary
     seed: int
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., round: _Optional[_Union[RoundStats, _Mapping]] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., summary: _Optional[_Union[SpeculativeSummary, _Mapping]] = ..., seed: _Optional[int] = ...) -> None: ...
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenProvenance]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., round: _Optional[_Union[RoundStats, _Mapping]] = ..., finish_reason: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., summary: _Optional[_Union[SpeculativeSummary, _Mapping]] = ..., seed: _Optional[int] = ..., tokens: _Optional[_Iterable[_Union[TokenProvenance, _Mapping]]] = ...) -> None: ...
 
 class VerifyOpen(_message.Message):
     __slots__ = ("options",)

@@ -10,7 +10,7 @@ import yaml
 from deploy_support import ROOT, StrictLoader
 
 COMPOSE = ROOT / "compose.yaml"
-OVERRIDES = {"single-gpu": ROOT / "compose.single-gpu.yaml", "cpu": ROOT / "compose.cpu.yaml"}
+OVERRIDES = {"single-gpu": ROOT / "compose.single-gpu.yaml", "cpu": ROOT / "compose.cpu.yaml", "podman": ROOT / "compose.podman.yaml"}
 
 
 # --- loading and merging, the way `docker compose -f a -f b` does -------------------------------------

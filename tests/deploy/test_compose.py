@@ -210,18 +210,52 @@ def test_third_party_images_are_pinned(base):
         assert tag != "latest" and re.search(r"\d", tag), f"{name}: pin a version, not {image}"
 
 
-def test_models_are_mounted_read_only(variant):
+def model_paths(command: list[str]) -> set[str]:
+    args = parse_cli(command)
+    return {path for path in (getattr(args, "draft", None), getattr(args, "target", None)) if path and path.startswith("/models/")}
+
+
+def test_each_role_mounts_the_models_it_serves_read_only_and_never_creates_them(variant):
+    """A missing model directory must stop the start at once, with the engine's one line naming it
+    ("bind source path does not exist: ..."), not start a service that crash-loops on an empty mount."""
     name, document = variant
     for role in ("draft", "verify"):
-        mounts = [volume for volume in document["services"][role].get("volumes", [])
-                  if (volume.get("target") if isinstance(volume, dict) else volume.split(":")[1]) == "/models"]
-        assert len(mounts) == 1, f"{name}: {role} mounts the models at /models"
-        (mount,) = mounts
-        if isinstance(mount, dict):
-            assert mount.get("read_only") is True, f"{name}: {role}: /models must be read_only"
-            assert "SPECDEC_MODELS_DIR" in mount["source"]
-        else:
-            assert mount.endswith(":ro"), f"{name}: {role}: /models must be :ro"
+        service = document["services"][role]
+        mounts = {volume["target"]: volume for volume in service.get("volumes", []) if isinstance(volume, dict)}
+        needed = model_paths(service["command"])
+        assert needed, f"{name}: {role} serves a model from /models"
+        for path in needed:
+            mount = mounts.get(path)
+            assert mount, f"{name}: {role} reads {path} but does not mount it"
+            assert mount["type"] == "bind" and mount.get("read_only") is True, f"{name}: {role}: {path} must be a read-only bind"
+            assert mount.get("bind", {}).get("create_host_path") is False, f"{name}: {role}: {path}: create_host_path: false"
+            assert mount["source"] == "${SPECDEC_MODELS_DIR:-./models}/" + path.removeprefix("/models/"), mount["source"]
+        assert not [v for v in service.get("volumes", []) if isinstance(v, str)], f"{name}: {role}: long-syntax mounts only"
+
+
+def test_specdec_roles_build_the_image_from_this_checkout(variant):
+    name, document = variant
+    for role in ROLES:
+        build = document["services"][role].get("build")
+        assert build, f"{name}: {role} has no build: (`docker compose up --build` from a clone)"
+        context = ROOT / (build["context"] if isinstance(build, dict) else build)
+        dockerfile = context / (build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile")
+        assert context.resolve() == ROOT and dockerfile.is_file(), f"{name}: {role} builds {dockerfile}"
+    images = {document["services"][role]["image"] for role in ROLES}
+    assert images == {"${SPECDEC_IMAGE:-localhost/specdec}:${SPECDEC_TAG:-local}"}, \
+        f"{name}: one local default image, overridable for a registry: {images}"
+
+
+def test_health_checks_keep_start_interval_except_for_podman():
+    for name in VARIANTS:
+        for role in ROLES:
+            check = load_variant(name)["services"][role]["healthcheck"]
+            if name == "podman":
+                assert "start_interval" not in check, f"podman 4.x refuses start_interval ({role})"
+            else:
+                assert duration_s(check["start_interval"]) <= 10, f"{name}: {role}"
+    header = COMPOSE.read_text(encoding="utf-8").split("\nservices:", 1)[0]
+    assert "Docker Engine >= 25" in header and "compose.podman.yaml" in header
 
 
 def test_every_bind_mount_is_read_only(variant):

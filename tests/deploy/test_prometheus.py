@@ -34,6 +34,7 @@ COUNTERS = {
     "specdec_spec_decode_num_accepted_tokens_total",
     "specdec_spec_decode_num_accepted_tokens_per_pos_total",
     "specdec_spec_decode_fallbacks_total",
+    "specdec_speculative_requests_total",
     "specdec_generated_tokens_total",
     "specdec_target_forwards_total",
     "specdec_requests_total",

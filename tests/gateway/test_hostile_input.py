@@ -34,6 +34,7 @@ def client(gateway_url):
     (CHAT, {"seed": -1}, "seed"),
     (CHAT, {"stop": ["x"] * 1000}, "stop"),
     (CHAT, {"speculative": {"num_draft_tokens": 10**9}}, "speculative.num_draft_tokens"),
+    (CHAT, {"speculative": {"policy": "sometimes"}}, "speculative.policy"),
     (CHAT, {"messages": [{"role": "user", "content": [[[[["deep"]]]]]}]}, "messages.0.content.str"),
 ])
 def test_huge_and_out_of_range_numbers_are_400_naming_the_field(client, route, fields, param):

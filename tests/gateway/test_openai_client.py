@@ -39,13 +39,18 @@ def test_greedy_output_is_the_same_with_speculation_on_and_off(client):
     on = client.chat.completions.create(**common, extra_body={"speculative": {"enabled": True}})
     off = client.chat.completions.create(**common, extra_body={"speculative": {"enabled": False}})
     assert on.choices[0].message.content == off.choices[0].message.content
-    assert on.model_extra["speculative"]["rounds"] > 0 and off.model_extra["speculative"]["rounds"] == 0
+    spec_on = on.model_extra["speculative"]
+    assert spec_on["rounds"] > 0 and spec_on["draft_tokens"] > 0 and not spec_on["fallback"]
+    assert off.model_extra["speculative"]["rounds"] == 0
 
 
 def test_seeded_sampling_is_reproducible_and_coupled_matches_spec_off(client):
     common = {"model": "target", "messages": MESSAGES, "max_tokens": 30, "temperature": 0.9, "seed": 1234}
     coupled = {"speculative": {"acceptance": "coupled"}}
-    first = client.chat.completions.create(**common, extra_body=coupled).choices[0].message.content
+    coupled_reply = client.chat.completions.create(**common, extra_body=coupled)
+    first = coupled_reply.choices[0].message.content
+    spec_on = coupled_reply.model_extra["speculative"]
+    assert spec_on["rounds"] > 0 and spec_on["draft_tokens"] > 0 and not spec_on["fallback"]
     again = client.chat.completions.create(**common, extra_body=coupled).choices[0].message.content
     off = client.chat.completions.create(**common, extra_body={"speculative": {"enabled": False}}).choices[0].message.content
     other = client.chat.completions.create(**{**common, "seed": 99}, extra_body=coupled).choices[0].message.content

@@ -11,7 +11,7 @@ from service_support import assert_openai_error
 
 import gateway.auth
 
-PUBLIC = {"/health", "/ready", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+PUBLIC = {"/", "/health", "/ready", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # "/": the static playground
 KEY = "sk-route-walk-7f3e"
 VALID_BODY = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi", "max_tokens": 2}
 

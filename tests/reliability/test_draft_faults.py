@@ -8,7 +8,7 @@ import time
 
 import grpc
 import pytest
-from service_support import CHAT, LONG_GREEDY, grpc_serving, sse_events, streamed_text, wait_until
+from service_support import CHAT, LONG_GREEDY, grpc_serving, sse_events, streamed_speculative, streamed_text, wait_until
 
 from specdec.v1 import draft_pb2, draft_pb2_grpc
 
@@ -23,21 +23,19 @@ def _stream_with_fault(http, fault, after_events: int = 3) -> tuple[list, list]:
         return before, list(events)
 
 
-def _speculative(payloads: list) -> dict:
-    return next(p["speculative"] for p in reversed(payloads) if p.get("speculative"))
-
-
 def _assert_speculating_again(http, target_only_text: str) -> None:
     reply = http.post(CHAT, json=LONG_GREEDY).json()
     assert reply["choices"][0]["message"]["content"] == target_only_text
-    assert reply["speculative"]["rounds"] > 0 and not reply["speculative"]["fallback"], reply["speculative"]
+    stats = reply["speculative"]
+    assert stats["rounds"] > 0 and stats["draft_tokens"] > 0 and not stats["fallback"], stats
 
 
 def test_kill_9_of_the_draft_mid_stream_falls_back_with_the_same_text(stack, http, target_only_text):
     before, after = _stream_with_fault(http, lambda: stack.draft.signal(signal.SIGKILL))
     payloads = before + after
     assert streamed_text(payloads) == target_only_text
-    assert payloads[-1]["choices"] == [] and _speculative(payloads)["fallback"]
+    assert payloads[-1]["choices"] == [] and streamed_speculative(payloads)["fallback"]
+    assert streamed_speculative(payloads)["draft_tokens"] > 0  # it drafted before the kill
     assert stack.draft.wait(timeout=10) == -signal.SIGKILL
     stack.heal()  # the same port again: verify's channel reconnects by itself
     wait_until(lambda: not _fell_back(http), 15, "verify did not draft with the restarted draft", interval=0.5)
@@ -61,7 +59,8 @@ def test_a_frozen_draft_misses_its_deadline_and_the_stream_still_completes(stack
     finally:
         stack.draft.signal(signal.SIGCONT)
     payloads = before + after
-    assert streamed_text(payloads) == target_only_text and _speculative(payloads)["fallback"]
+    assert streamed_text(payloads) == target_only_text and streamed_speculative(payloads)["fallback"]
+    assert streamed_speculative(payloads)["draft_tokens"] > 0  # it drafted before the freeze
     print(f"frozen draft: the stream finished {finished_s:.2f}s after the freeze (round deadline 2 s)")
     # Thawed, the draft gets the stale stream's cancel, frees that session and drafts again.
     wait_until(lambda: stack.sessions()["draft"] == 0, 5, "the frozen session was not freed on the draft")

@@ -7,7 +7,7 @@ import time
 
 import httpx
 import pytest
-from service_support import CHAT, LONG_GREEDY, sse_events, streamed_text, wait_until
+from service_support import CHAT, LONG_GREEDY, sse_events, streamed_speculative, streamed_text, wait_until
 
 
 def test_sigterm_of_the_gateway_finishes_the_in_flight_stream_and_refuses_new_connections(stack, http, target_only_text):
@@ -19,6 +19,8 @@ def test_sigterm_of_the_gateway_finishes_the_in_flight_stream_and_refuses_new_co
         wait_until(lambda: _refused(stack.url), 3, "the draining gateway still accepted connections")
         payloads.extend(events)
     assert streamed_text(payloads) == target_only_text
+    stats = streamed_speculative(payloads)
+    assert stats["draft_tokens"] > 0 and not stats["fallback"], stats
     assert stack.gateway.wait(timeout=15) == 0
 
 

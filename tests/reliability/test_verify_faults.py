@@ -6,7 +6,8 @@ from __future__ import annotations
 import signal
 import time
 
-from service_support import CHAT, LONG_GREEDY, assert_openai_error, grpc_serving, http_ok, sse_events, streamed_text, wait_until
+from service_support import (CHAT, LONG_GREEDY, assert_openai_error, grpc_serving, http_ok, sse_events, streamed_speculative, streamed_text,
+                             wait_until)
 
 SHORT = {**LONG_GREEDY, "max_tokens": 8}
 
@@ -54,4 +55,6 @@ def test_sigterm_of_verify_finishes_the_in_flight_stream_and_refuses_new_request
         assert_openai_error(http.post(CHAT, json=SHORT), 503)
         payloads.extend(events)
     assert streamed_text(payloads) == target_only_text
+    stats = streamed_speculative(payloads)
+    assert stats["draft_tokens"] > 0 and not stats["fallback"], stats
     assert stack.verify.wait(timeout=30) == 0

@@ -61,6 +61,7 @@ def test_speculative_stats_are_zero_off_and_positive_on(bench_run):
         assert on["acceptance_rate"] == on["accepted_tokens"] / on["draft_tokens"]
         assert on["mean_accepted_length"] == 1 + on["accepted_tokens"] / on["rounds"]
         assert all(r["rounds"] > 0 for r in level["requests"] if r["mode"] == "on")
+        assert on["drafted_requests"] == on["requests"] and level["drafted_share"] == 1.0 and level["drafted_mean_acceptance"] > 0
 
 
 def test_token_counts_are_the_sums_of_usage(bench_run):
@@ -146,6 +147,21 @@ def test_summary_and_comparison():
     assert on["mean_accepted_length"] == pytest.approx(1 + 10 / 6) and on["e2e_s"]["p50"] == 1.0
     report = compare(records, {"on": 2.0, "off": 5.0})
     assert report["speedup"] == pytest.approx(10.0 / 4.0) and report["latency_ratio_p50"] == pytest.approx(3.0)
+    assert report["drafted_share"] == 1.0 and report["drafted_mean_acceptance"] == pytest.approx((6 / 20 + 4 / 10) / 2)
+
+
+def test_on_requests_that_did_not_draft_are_reported_beside_the_speedup():
+    records = [_record(0, "on", 1.0, rounds=4, drafted=20, accepted=5), _record(0, "off", 2.0),
+               _record(1, "on", 1.0), _record(1, "off", 2.0)]  # the policy kept prompt 1 from drafting
+    report = compare(records, {"on": 2.0, "off": 4.0})
+    assert report["drafted_share"] == 0.5 and report["drafted_mean_acceptance"] == 0.25
+    level = {"concurrency": 1, **report, "categories": {"c": {"prompts": 2, **report}}, "requests": []}
+    results = {"model": "m", "url": "u", "prompts": 2, "skipped": [], "timestamp": "t", "settings": {"max_tokens": 8, "temperature": 0},
+               "levels": [level]}
+    markdown = render_markdown(results)
+    assert "| speedup | on requests that drafted | their mean acceptance |" in markdown
+    assert "| 2.00 | 1/2 | 0.250 |" in markdown  # overall, next to the speedup
+    assert markdown.count("| 1/2 | 0.250 |") == 2  # and per category
 
 
 def test_make_record_spreads_chunk_gaps_over_tokens_per_chunk():

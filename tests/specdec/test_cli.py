@@ -50,6 +50,7 @@ def work_dir(tmp_path_factory, tiny_pair_paths, foreign_tokenizer) -> Path:
     (root / "seed.yaml").write_text(SEED_YAML)
     shutil.copytree(tiny_pair_paths.draft, root / "foreign-draft")
     foreign_tokenizer.save_pretrained(root / "foreign-draft")
+    (root / "empty-model").mkdir()  # what an empty model mount looks like
     return root
 
 
@@ -74,6 +75,9 @@ def runs(tiny_pair_paths, work_dir) -> dict[str, Run]:
         "model_method_without_draft": (*with_target, "--draft-method", "model"),
         "unparsable_max_tokens": (*with_target, "--max-tokens", "many"),
         "config_show": ("config", "show", "--config", str(work_dir / "seed.yaml")),
+        "serve_draft_missing": ("serve", "draft", "--draft", "/nonexistent/draft", "--port", "0", "--metrics-port", "0"),
+        "serve_verify_empty_target": ("serve", "verify", "--target", str(work_dir / "empty-model"), "--no-draft",
+                                      "--port", "0", "--metrics-port", "0"),
     }
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return dict(zip(commands, pool.map(_run_cli, commands.values())))
@@ -178,6 +182,17 @@ def test_out_of_range_flag_is_one_line_naming_it(runs, name, flag):
 def test_missing_target_is_one_line_naming_flag_and_path(runs):
     _one_line_error(runs["missing_target"], "/nonexistent/path")
     _one_line_error(runs["missing_target"], "--target")
+
+
+@pytest.mark.parametrize("name, needle", [("serve_draft_missing", "--draft: model path not found: /nonexistent/draft"),
+                                          ("serve_verify_empty_target", "empty-model is a directory without config.json")])
+def test_a_service_whose_model_fails_to_load_ends_with_one_line(runs, name, needle):
+    """What a container with a bad model mount prints: its start-up log lines, then the error, no traceback."""
+    run = runs[name]
+    assert run.returncode == 1 and "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert lines[-1].startswith("specdec: error:") and needle in lines[-1], lines[-1]
+    assert all(json.loads(line)["level"] == "info" for line in lines[:-1]), "only start-up log lines before it"
 
 
 def test_incompatible_draft_vocabulary_is_one_line(runs):

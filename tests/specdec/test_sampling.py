@@ -6,7 +6,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from specdec.sampling import SamplingParams, densify, processed_probs, sparse_top_k
+from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, densify, processed_probs, sparse_rows, sparse_top_k
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]], dtype=torch.float64)
 
@@ -90,3 +90,20 @@ def test_top_k_beyond_int32_is_refused_naming_the_field():
     SamplingParams(top_k=2**31 - 1)  # the largest the gRPC field carries
     with pytest.raises(ValidationError, match="top_k"):
         SamplingParams(top_k=2**31)
+
+
+def test_concat_sparse_pads_narrower_rows_with_zero_probability_and_keeps_every_q():
+    looked_up = SparseDistribution(torch.tensor([[4], [2]]), torch.tensor([[1.0], [1.0]], dtype=torch.float64))  # [2, 1]
+    drafted = sparse_top_k(torch.softmax(LOGITS, -1), draft_top_k=3)  # [1, 3]
+    joined = concat_sparse([looked_up, drafted, looked_up])
+    assert joined.token_ids.shape == joined.probs.shape == (5, 3)
+    expected = torch.cat([densify(looked_up, 5), densify(drafted, 5), densify(looked_up, 5)])
+    assert torch.equal(densify(joined, 5), expected)
+    assert joined.token_ids[0].tolist() == [4, 4, 4] and joined.probs[0].tolist() == [1.0, 0.0, 0.0]  # ids of the row itself
+    assert torch.equal(concat_sparse([drafted]).token_ids, drafted.token_ids)
+
+
+def test_sparse_rows_leave_out_padding_so_no_id_appears_twice():
+    joined = concat_sparse([SparseDistribution(torch.tensor([[7]]), torch.tensor([[1.0]], dtype=torch.float64)),
+                            SparseDistribution(torch.tensor([[1, 3]]), torch.tensor([[0.25, 0.75]], dtype=torch.float64))])
+    assert sparse_rows(joined) == [([7], [1.0]), ([1, 3], [0.25, 0.75])]

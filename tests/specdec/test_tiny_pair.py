@@ -92,3 +92,27 @@ def test_same_seed_is_deterministic(pair, tmp_path):
     for a, b in ((pair.target, again.target), (pair.draft, again.draft)):
         assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
         assert (a / "tokenizer.json").read_bytes() == (b / "tokenizer.json").read_bytes()
+
+
+def test_output_is_world_readable_whatever_the_umask(tmp_path):
+    # Containers read the pair as uid 10001; safetensors alone writes model.safetensors 0600.
+    previous = os.umask(0o077)
+    try:
+        make_tiny_pair(tmp_path / "pair", seed=0)
+    finally:
+        os.umask(previous)
+    modes = {path.relative_to(tmp_path).as_posix(): path.stat().st_mode & 0o777 for path in (tmp_path / "pair").rglob("*")}
+    modes["pair"] = (tmp_path / "pair").stat().st_mode & 0o777
+    assert "pair/target/model.safetensors" in modes and "pair/draft/model.safetensors" in modes
+    wrong = {path: oct(mode) for path, mode in modes.items()
+             if mode != (0o755 if (tmp_path / path).is_dir() else 0o644)}
+    assert not wrong, f"not 0644 files / 0755 directories: {wrong}"
+
+
+def test_an_existing_output_directory_keeps_its_mode(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir(mode=0o700)
+    out.chmod(0o700)
+    make_tiny_pair(out, seed=0)
+    assert out.stat().st_mode & 0o777 == 0o700
+    assert (out / "target" / "model.safetensors").stat().st_mode & 0o777 == 0o644

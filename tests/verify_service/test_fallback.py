@@ -63,7 +63,7 @@ def greedy_reference(tiny_target):
 def test_two_processes_serve_a_completion(processes, greedy_reference):
     completion = processes["client"].generate(PROMPT, max_tokens=40, temperature=0, ignore_eos=True)
     assert completion.token_ids == greedy_reference[:40]
-    assert completion.summary.rounds > 0 and not completion.summary.fallback
+    assert completion.summary.rounds > 0 and completion.summary.draft_tokens > 0 and not completion.summary.fallback
 
 
 def test_killing_the_draft_mid_generation_falls_back_and_finishes(processes, greedy_reference):
@@ -120,6 +120,7 @@ def test_propose_streams_round_robin_over_draft_replicas(make_draft_server, make
         for _ in range(6):
             completion = client.generate(PROMPT, max_tokens=20, temperature=0, ignore_eos=True)
             assert completion.token_ids == greedy_reference[:20] and not completion.summary.fallback
+            assert completion.summary.rounds > 0 and completion.summary.draft_tokens > 0
     served = [replica.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "ok"}) or 0 for replica in replicas]
     assert all(count >= 2 for count in served), served
 

@@ -37,7 +37,7 @@ def test_coupled_generate_equals_target_only_with_the_same_seed(verify_client, t
     reference = _target_only(tiny_target, prompt_ids, max_tokens=40, sampling=SamplingParams(temperature=0.8), seed=seed)
     completion = verify_client.generate(PROMPT, max_tokens=40, temperature=0.8, seed=seed, acceptance="coupled", ignore_eos=True)
     assert completion.token_ids == reference.token_ids and completion.seed == seed
-    assert completion.summary.accepted_tokens > 0
+    assert completion.summary.rounds > 0 and completion.summary.draft_tokens > 0 and completion.summary.accepted_tokens > 0
     spec_off = verify_client.generate(PROMPT, max_tokens=40, temperature=0.8, seed=seed, ignore_eos=True, speculative=False)
     assert spec_off.token_ids == reference.token_ids and spec_off.summary.rounds == 0
 
@@ -54,11 +54,14 @@ def test_rejection_generate_passes_the_two_token_distribution_test(verify_client
         second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), sampling)
         for next_token in second.nonzero().flatten().tolist():
             expected[(token, next_token)] = float(first[token] * second[next_token])
-    trials, counts = 600, dict.fromkeys(expected, 0)
+    trials, counts, drafted = 600, dict.fromkeys(expected, 0), 0
     for seed in range(trials):
-        pair = tuple(verify_client.generate(prompt_ids, max_tokens=2, temperature=1.0, top_k=4, seed=seed, ignore_eos=True).token_ids)
+        completion = verify_client.generate(prompt_ids, max_tokens=2, temperature=1.0, top_k=4, seed=seed, ignore_eos=True)
+        pair = tuple(completion.token_ids)
         assert pair in counts, "a pair the target can never produce"
         counts[pair] += 1
+        drafted += completion.summary.draft_tokens > 0 and not completion.summary.fallback
+    assert drafted == trials  # every sample went through a verified draft candidate
     p_value = stats.chisquare([counts[p] for p in expected], [expected[p] * trials for p in expected]).pvalue
     assert p_value > 1e-3
 

@@ -44,6 +44,7 @@ def test_tree_outputs_equal_target_only_alone_and_batched(tree_client, settings)
     assert [completion.token_ids for completion in alone] == reference
     rounds = [round_ for completion in alone for round_ in completion.rounds]
     assert not any(completion.summary.fallback for completion in alone)
+    assert all(completion.summary.rounds > 0 and completion.summary.draft_tokens > 0 for completion in alone)
     assert max(round_.num_candidates for round_ in rounds) > TREE["draft_tokens"]  # trees, wider than K
     assert sum(round_.num_accepted for round_ in rounds) > 0
     with ThreadPoolExecutor(len(requests)) as pool:

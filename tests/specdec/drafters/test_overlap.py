@@ -15,7 +15,7 @@ from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.enums import AcceptanceMode
 from specdec.generation import SpeculativeGenerator
 from specdec.request import GenerationRequest
-from specdec.sampling import SamplingParams
+from specdec.sampling import SamplingParams, SparseDistribution, densify
 
 MODES = [(AcceptanceMode.GREEDY, SamplingParams(temperature=0)), (AcceptanceMode.COUPLED, SamplingParams(temperature=0.9)),
          (AcceptanceMode.REJECTION, SamplingParams(temperature=0.9))]
@@ -98,6 +98,40 @@ def test_a_wrong_guess_is_discarded_and_the_block_drafted_anew(num_accepted, wro
     assert session.propose(3).candidate_ids.tolist() == plain.propose(3).candidate_ids.tolist()
     assert session.report.outcome == "discarded" and session.report.predrafted == 0
     assert inner.committed == plain.committed
+
+
+class MixedWidthSession(CountingSession):
+    """CountingSession with q as prompt lookup behind a model sends it: 1 wide (a point mass, as if
+    looked up) for a block of even candidates only, else 3 wide (as if drafted by the model)."""
+
+    def propose(self, num_tokens: int) -> DraftBlock:
+        candidates = super().propose(num_tokens).candidate_ids
+        width = 1 if all(c % 2 == 0 for c in candidates.tolist()) else 3
+        rows = [_q_of(c, width) for c in candidates.tolist()]
+        return DraftBlock(candidates, SparseDistribution(torch.cat([ids for ids, _ in rows]), torch.cat([probs for _, probs in rows])))
+
+
+def _q_of(candidate: int, width: int = 3) -> SparseDistribution:  # [1, width]
+    if candidate % 2 == 0:  # a point mass, padded by hand where the block is wider
+        return SparseDistribution(torch.tensor([[candidate] * width]), torch.tensor([[1.0] + [0.0] * (width - 1)], dtype=torch.float64))
+    ids, probs = [candidate, candidate + 1, candidate + 2], [0.5, 0.3, 0.2]
+    return SparseDistribution(torch.tensor([ids]), torch.tensor([probs], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("next_k", [3, 6], ids=["drafted-ahead", "drafted-ahead-and-extended"])
+def test_a_held_guess_joins_steps_whose_q_have_different_widths_into_the_same_q(next_k):
+    # The draft service's default (overlap + prompt lookup + rejection at T > 0) crashed here:
+    # torch.cat of a 1-wide looked-up q with a draft_top_k-wide model q.
+    session = OverlappedDraftSession(MixedWidthSession([3, 4]))
+    block = session.propose(3).candidate_ids.tolist()
+    session.draft_ahead()
+    session.feedback(3, [_next_own_token([3, 4, *block])])
+    joined = session.propose(next_k)
+    candidates = joined.candidate_ids.tolist()
+    assert len(candidates) == next_k and session.report.outcome == "used"
+    assert {c % 2 for c in candidates} == {0, 1}  # both widths are in the block
+    expected = torch.cat([densify(_q_of(c), 100) for c in candidates])
+    assert torch.equal(densify(joined.draft_probs, 100), expected)
 
 
 def test_feedback_that_contradicts_the_guess_stops_the_pre_draft_between_tokens():

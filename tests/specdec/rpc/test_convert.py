@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from specdec.enums import AcceptanceMode
+from specdec.drafters import DraftBlock
+from specdec.enums import AcceptanceMode, TokenSource
 from specdec.errors import InvalidRequestError
 from specdec.rpc.convert import (
     acceptance_from_proto,
@@ -18,7 +19,8 @@ from specdec.rpc.convert import (
     sampling_to_proto,
     vocab_fingerprint,
 )
-from specdec.sampling import SamplingParams, densify
+from specdec.drafters.base import DraftBlock
+from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, densify
 from specdec.v1 import common_pb2
 
 VOCAB = 16
@@ -56,6 +58,16 @@ def test_block_round_trips_through_block_to_proto():
     block = block_from_proto(_block([5, 7], rows), VOCAB, needs_draft_probs=True)
     again = block_from_proto(block_to_proto(block), VOCAB, needs_draft_probs=True)
     assert again.candidate_ids.tolist() == [5, 7]
+    assert torch.equal(densify(again.draft_probs, VOCAB), densify(block.draft_probs, VOCAB))
+
+
+def test_a_block_joined_from_q_of_different_widths_passes_the_verifiers_checks():
+    looked_up = SparseDistribution(torch.tensor([[5]]), torch.tensor([[1.0]], dtype=torch.float64))
+    drafted = SparseDistribution(torch.tensor([[7, 2, 9]]), torch.tensor([[0.5, 0.3, 0.2]], dtype=torch.float64))
+    block = DraftBlock(torch.tensor([5, 7, 5]), concat_sparse([looked_up, drafted, looked_up]))
+    message = block_to_proto(block)
+    assert [list(dist.token_ids) for dist in message.draft_probs] == [[5], [7, 2, 9], [5]]  # no padding on the wire
+    again = block_from_proto(message, VOCAB, needs_draft_probs=True)
     assert torch.equal(densify(again.draft_probs, VOCAB), densify(block.draft_probs, VOCAB))
 
 
@@ -181,3 +193,23 @@ def test_vocab_fingerprint_matches_for_the_tiny_pair(tiny_target, tiny_draft):
 
 def test_vocab_fingerprint_differs_for_a_foreign_tokenizer(tiny_target, foreign_tokenizer):
     assert vocab_fingerprint(foreign_tokenizer) != vocab_fingerprint(tiny_target.tokenizer)
+
+
+def test_candidate_sources_round_trip_and_default_to_the_draft_model():
+    lookup, draft = TokenSource.LOOKUP, TokenSource.DRAFT
+    block = DraftBlock(torch.tensor([5, 7, 9]), sources=(lookup, lookup, draft))
+    again = block_from_proto(block_to_proto(block), VOCAB, needs_draft_probs=False)
+    assert again.sources == (lookup, lookup, draft)
+    unlabelled = block_from_proto(common_pb2.CandidateBlock(token_ids=[5, 7]), VOCAB, needs_draft_probs=False)
+    assert unlabelled.sources == () and unlabelled.candidate_sources() == [draft, draft]
+    unspecified = common_pb2.CandidateBlock(token_ids=[5], sources=[common_pb2.TOKEN_SOURCE_UNSPECIFIED])
+    assert block_from_proto(unspecified, VOCAB, needs_draft_probs=False).sources == (draft,)
+
+
+@pytest.mark.parametrize("sources", [[common_pb2.TOKEN_SOURCE_LOOKUP], [common_pb2.TOKEN_SOURCE_DRAFT] * 3,
+                                     [common_pb2.TOKEN_SOURCE_DRAFT, common_pb2.TOKEN_SOURCE_TARGET], [common_pb2.TOKEN_SOURCE_DRAFT, 99]])
+def test_sources_must_be_one_drafters_source_per_candidate(sources):
+    message = common_pb2.CandidateBlock(token_ids=[5, 7], sources=sources)
+    with pytest.raises(InvalidRequestError) as caught:
+        block_from_proto(message, VOCAB, needs_draft_probs=False)
+    assert caught.value.field == "block.sources"

@@ -165,3 +165,98 @@ def test_gateway_reaches_verify_over_mtls_and_is_refused_without_its_certificate
     else:
         assert reply.status_code == 503 and ready.status_code == 503, reply.text
         assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+
+
+# --- `specdec healthcheck` (the container probe) against TLS services --------------------------------------
+
+def _healthcheck(role: str, port: int, tls: dict, tmp_path: Path, *flags: str) -> int:
+    """The probe as a container runs it: the service's own settings from its config file."""
+    import yaml
+
+    from specdec.cli import main
+
+    config = tmp_path / f"{role}-probe.yaml"
+    config.write_text(yaml.safe_dump({"tls": tls}), encoding="utf-8")
+    return main(["healthcheck", role, "--address", f"localhost:{port}", "--timeout", "5", "--config", str(config), *flags])
+
+
+def test_healthcheck_passes_against_an_mtls_verify_service_with_its_settings(tls_verify_server, certs, tmp_path, capsys):
+    assert _healthcheck("verify", tls_verify_server.port, {**certs, "require_client_auth": True}, tmp_path) == 0
+    assert "SERVING" in capsys.readouterr().out
+
+
+def test_healthcheck_without_the_tls_settings_fails(tls_verify_server, tmp_path, capsys):
+    assert _healthcheck("verify", tls_verify_server.port, {}, tmp_path) == 1  # plaintext, refused
+    assert "unreachable" in capsys.readouterr().err
+
+
+def test_healthcheck_checks_the_certificate_name(tls_verify_server, certs, tmp_path):
+    tls = {**certs, "require_client_auth": True}
+    assert _healthcheck("verify", tls_verify_server.port, tls, tmp_path, "--tls-server-name", "localhost") == 0
+    assert _healthcheck("verify", tls_verify_server.port, tls, tmp_path, "--tls-server-name", "draft.example") == 1
+
+
+def test_healthcheck_refuses_a_server_only_certificate_as_its_mtls_identity(tls_draft_server, certs, tmp_path):
+    # The module's server certificate has only the serverAuth usage: the draft (mTLS) refuses it from a client.
+    tls = {key: certs[key] for key in ("cert_file", "key_file", "ca_file")}
+    assert _healthcheck("draft", tls_draft_server.port, {**tls, "require_client_auth": True}, tmp_path) == 1
+    with_client = {**tls, "client_cert_file": certs["client_cert_file"], "client_key_file": certs["client_key_file"]}
+    assert _healthcheck("draft", tls_draft_server.port, with_client, tmp_path) == 0
+
+
+def test_healthcheck_takes_the_services_tls_flags(tls_verify_server, certs, tmp_path):
+    client_only = {key: certs[key] for key in ("client_cert_file", "client_key_file")}
+    flags = ["--tls-cert", certs["cert_file"], "--tls-key", certs["key_file"], "--tls-ca", certs["ca_file"]]
+    assert _healthcheck("verify", tls_verify_server.port, client_only, tmp_path, *flags) == 0
+
+
+def test_healthcheck_fails_once_the_tls_service_has_stopped(service_loop, tiny_target, certs, tmp_path, capsys):
+    from verify_service.server import VerifyServer
+
+    tls = {key: certs[key] for key in ("cert_file", "key_file", "ca_file")}
+    config = SpecdecConfig(tls=tls, verify_service={"draft_endpoint": "", "max_sessions": 2})
+    server = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
+    service_loop.run(server.start(tiny_target))
+    try:
+        assert _healthcheck("verify", server.port, tls, tmp_path) == 0
+    finally:
+        service_loop.run(server.stop(0))
+    assert _healthcheck("verify", server.port, tls, tmp_path) == 1
+    assert "unreachable (UNAVAILABLE, TLS)" in capsys.readouterr().err
+
+
+def test_healthcheck_presents_the_services_own_certificate_without_a_client_one(service_loop, tiny_draft, tmp_path):
+    """A draft under mTLS has no client certificate of its own: the probe presents the server's, which then
+    carries both usages (as cert-manager's `usages: [server auth, client auth]` gives)."""
+    from draft_service.server import DraftServer
+    from draft_service.servicer import LoadedDrafter
+    from specdec.drafters import ModelDrafter
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = _certificate("probe CA", ca_key, "probe CA", ca_key, [(x509.BasicConstraints(ca=True, path_length=None), True)])
+    both = _certificate("localhost", key, "probe CA", ca_key, [
+        (x509.SubjectAlternativeName([x509.DNSName("localhost")]), False),
+        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+    ])
+    (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_file, key_file = _write(tmp_path, "draft", key, both)
+    tls = {"cert_file": cert_file, "key_file": key_file, "ca_file": str(tmp_path / "ca.crt"), "require_client_auth": True}
+    server = service_loop.run(_construct(DraftServer, SpecdecConfig(tls=tls, draft_service={"max_sessions": 2}), "127.0.0.1:0"))
+    service_loop.run(server.start(LoadedDrafter(ModelDrafter(tiny_draft.model), tiny_draft)))
+    try:
+        assert _healthcheck("draft", server.port, tls, tmp_path) == 0
+    finally:
+        service_loop.run(server.stop(0))
+
+
+def test_healthcheck_loads_without_torch():
+    """Container probes start a fresh process every interval, on a host busy loading models: importing torch
+    (seconds) there had pushed `specdec healthcheck` past the health check's timeout."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from specdec.cli import main; "
+            "rc = main(['healthcheck', 'draft', '--address', '127.0.0.1:1', '--timeout', '1']); "
+            "print(rc, sorted(name for name in ('torch', 'transformers') if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split("\n")[-2] == "1 []", result.stdout + result.stderr
