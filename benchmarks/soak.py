@@ -3,90 +3,36 @@
     python benchmarks/soak.py                                  # short: 6 clients, 20 s, tiny pair
     python benchmarks/soak.py --clients 16 --duration 1800     # long: 30 minutes
     python benchmarks/soak.py --target T --draft D --json soak.json
+    python benchmarks/soak.py --hostile                        # with hostile clients mixed in (hostile_clients.py)
 
 Starts draft, verify and gateway as `specdec up` does (same launcher, all bound to 127.0.0.1),
 warms up, records each service's RSS and live-session gauge, runs the clients, waits for the
 services to go idle and records them again. Reports completed / failed / 429, TTFT and ITL
 percentiles, and RSS before / peak / after per service. Exit status 1 when a request failed
 (anything but a 429), a stream ended without [DONE], a session is still held afterwards, or a
-service's RSS did not come back to within --rss-slack-mib of its baseline.
+service's RSS did not come back to within --rss-slack-mib of its baseline. With --hostile, two
+clients loop maximum-size prompts, one is a slow reader and twelve Verify streams sit idle
+(verify's stream_idle_timeout_s is 3 s): every answer they get must be explicit, and the ordinary
+clients must still lose nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
-import os
 import random
-import socket
-import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
-import yaml
-
-from specdec.launcher import Stack, UpPlan, start_all  # the very start sequence of `specdec up`
-from specdec.tiny_pair import make_tiny_pair
+from hostile_clients import hostile_failures, idle_verify_streams, oversized_body, oversized_prompts, slow_readers
+from loopback import Services, loopback_stack, percentiles, report  # the very start sequence of `specdec up`
 
 LENGTHS = (8, 32, 128)  # max_tokens mix: short chat turns to longer answers
-PROMPTS = ("Hi!", "Tell me a story about a lighthouse keeper.", "List three uses of copper and explain each one briefly.")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _loopback_config(args: argparse.Namespace, directory: Path) -> Path:
-    config = {
-        "model": {"target_path": args.target, "draft_path": args.draft},
-        "serving": {"host": "127.0.0.1", "max_concurrent_requests": args.max_running, "max_queue": args.max_queue, "queue_timeout_s": 5},
-        "draft_service": {"host": "127.0.0.1"}, "verify_service": {"host": "127.0.0.1"},
-        "observability": {"log_level": "warning"},
-    }
-    path = directory / "soak.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class Services:
-    """The running stack: RSS per process and the live-session gauge each service exports."""
-
-    def __init__(self, stack: Stack, plan: UpPlan) -> None:
-        self.pids = {name: process.pid for name, process in stack.children}
-        self.url = f"http://127.0.0.1:{plan.gateway_port}"
-        self.metrics = {"draft": f"http://127.0.0.1:{plan.draft_metrics_port}/metrics",
-                        "verify": f"http://127.0.0.1:{plan.verify_metrics_port}/metrics", "gateway": f"{self.url}/metrics"}
-
-    def rss(self) -> dict[str, float]:
-        return {name: round(_rss_mib(pid), 1) for name, pid in self.pids.items()}
-
-    def sessions(self) -> dict[str, float]:
-        values = {}
-        for name, url in self.metrics.items():
-            lines = httpx.get(url, timeout=5).text.splitlines()
-            values[name] = next(float(line.split()[1]) for line in lines if line.startswith("specdec_requests_running "))
-        return values
-
-    def wait_idle(self, timeout_s: float = 15.0) -> dict[str, float]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            sessions = self.sessions()
-            if not any(sessions.values()) or time.monotonic() > deadline:
-                return sessions
-            time.sleep(0.1)
+PROMPTS = ("Hi!", "Tell me a long story about a lighthouse keeper.", "List three uses of copper and explain each one briefly.")
+IDLE_TIMEOUT_S = 3.0  # verify's stream_idle_timeout_s under --hostile: idle streams are cycled within a short run
 
 
 async def _one_stream(client: httpx.AsyncClient, body: dict, tally: dict) -> None:
@@ -139,10 +85,12 @@ async def _client(url: str, deadline: float, rng: random.Random, tally: dict) ->
 
 
 async def _load(services: Services, args: argparse.Namespace) -> tuple[dict, dict[str, float]]:
-    tally = {"completed": 0, "failed": 0, "rejected_429": 0, "ttft": [], "itl": [], "errors": []}
+    tally = {"completed": 0, "failed": 0, "rejected_429": 0, "ttft": [], "itl": [], "errors": [], "hostile": collections.Counter()}
     peak = services.rss()
     deadline = time.monotonic() + args.duration
     clients = [asyncio.create_task(_client(services.url, deadline, random.Random(args.seed + i), tally)) for i in range(args.clients)]
+    if args.hostile:
+        clients += _hostile_clients(services, deadline, tally["hostile"])
     while not all(task.done() for task in clients):
         await asyncio.sleep(1.0)
         peak = {name: max(value, peak[name]) for name, value in services.rss().items()}
@@ -150,11 +98,16 @@ async def _load(services: Services, args: argparse.Namespace) -> tuple[dict, dic
     return tally, peak
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    if len(values) < 2:
-        return {"count": len(values)}
-    cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return {"count": len(values), "p50_ms": round(cuts[49] * 1000, 2), "p90_ms": round(cuts[89] * 1000, 2), "p99_ms": round(cuts[98] * 1000, 2)}
+def _hostile_clients(services: Services, deadline: float, tally: collections.Counter) -> list[asyncio.Task]:
+    """Two clients looping maximum-size prompts, a slow reader, and idle Verify streams (hostile_clients.py)."""
+    body = oversized_body()
+    port = int(services.url.rsplit(":", 1)[1])
+    return [asyncio.create_task(oversized_prompts(services.url, deadline, tally, body)) for _ in range(2)] + [
+        asyncio.create_task(slow_readers(port, deadline, tally, choices=2)),
+        asyncio.create_task(idle_verify_streams(services.verify_address, deadline, tally)),
+    ]
+
+
 
 
 def _warm_up(url: str) -> None:
@@ -164,26 +117,15 @@ def _warm_up(url: str) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core per service, as on separate hosts
-    with tempfile.TemporaryDirectory(prefix="specdec-soak-") as directory:
-        if args.target is None:  # the tiny random pair, built in seconds
-            pair = make_tiny_pair(Path(directory) / "pair")
-            args.target, args.draft = str(pair.target), str(pair.draft)
-        plan = UpPlan(config_file=str(_loopback_config(args, Path(directory))), target=None, draft=None, draft_method=None,
-                      gateway_port=_free_port(), draft_port=_free_port(), verify_port=_free_port(),
-                      draft_metrics_port=_free_port(), verify_metrics_port=_free_port())
-        stack = Stack()
-        try:
-            start_all(stack, plan)
-            services = Services(stack, plan)
-            _warm_up(services.url)
-            before = services.rss()
-            tally, peak = asyncio.run(_load(services, args))
-            sessions_after = services.wait_idle()
-            time.sleep(1.0)  # let freed caches settle before the last reading
-            after = services.rss()
-        finally:
-            stack.stop()
+    serving = {"max_concurrent_requests": args.max_running, "max_queue": args.max_queue, "queue_timeout_s": 5}
+    verify = {"stream_idle_timeout_s": IDLE_TIMEOUT_S} if args.hostile else {}
+    with loopback_stack(args.target, args.draft, serving=serving, verify_service=verify) as services:
+        _warm_up(services.url)
+        before = services.rss()
+        tally, peak = asyncio.run(_load(services, args))
+        sessions_after = services.wait_idle()
+        time.sleep(1.0)  # let freed caches settle before the last reading
+        after = services.rss()
     return _report(args, tally, before, peak, after, sessions_after)
 
 
@@ -192,11 +134,13 @@ def _report(args, tally: dict, before: dict, peak: dict, after: dict, sessions_a
     problems = [f"{tally['failed']} requests failed"] if tally["failed"] else []
     problems += [f"{name} still holds {count:g} sessions" for name, count in sessions_after.items() if count]
     problems += [f"{name} RSS grew {mib} MiB" for name, mib in growth.items() if mib > args.rss_slack_mib]
+    problems += [f"hostile client got {failure}" for failure in hostile_failures(tally["hostile"])]
     return {
         "clients": args.clients, "duration_s": args.duration, "completed": tally["completed"], "failed": tally["failed"],
         "rejected_429": tally["rejected_429"], "errors": sorted(set(tally["errors"]))[:20],
-        "ttft": _percentiles(tally["ttft"]), "itl": _percentiles(tally["itl"]),
+        "ttft": percentiles(tally["ttft"]), "itl": percentiles(tally["itl"]),
         "rss_mib": {"before": before, "peak": peak, "after": after, "growth": growth},
+        "hostile": {outcome: round(count, 2) for outcome, count in sorted(tally["hostile"].items())},
         "sessions_after": sessions_after, "problems": problems, "ok": not problems and tally["completed"] > 0,
     }
 
@@ -211,14 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queue", type=int, default=2, help="the gateway's max_queue (beyond it: 429)")
     parser.add_argument("--rss-slack-mib", type=float, default=64.0, help="allowed RSS growth per service")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--hostile", action="store_true", help="mix in hostile clients: maximum-size prompts, a slow reader, idle Verify streams")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
-    report = run(args)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n", encoding="utf-8")
-    return 0 if report["ok"] else 1
+    return report(run(args), args.json)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ class DraftServer:
         self.service_names = SERVICE_NAMES
         metrics = ServiceMetrics("draft")
         self.servicer = DraftServicer(settings.max_sessions, metrics, overlap=settings.overlap,
-                                      batching=service_batching(config, "draft", metrics.registry))
+                                      batching=service_batching(config, "draft", metrics.registry), open_timeout_s=settings.stream_idle_timeout_s)
         self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
         draft_pb2_grpc.add_DraftServiceServicer_to_server(self.servicer, self.server)
 

@@ -16,18 +16,20 @@ from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError
+from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
 from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
 from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
+from specdec.rpc.streams import StreamGate
 from specdec.tree import TreeShape
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("specdec.draft")
 DEFAULT_DRAFT_TOP_K = 32
-MAX_DRAFT_TOKENS = 64  # per block; more only ties up a worker (the verify side never asks for it)
 MAX_TREE_NODES = 256  # per tree block, as GenerationRequest.tree_nodes allows
+MODEL_FREE_MAX_TOKENS = 2**20  # the sequence an n-gram session may mirror (it has no context of its own)
 
 
 @dataclass
@@ -43,12 +45,14 @@ class LoadedDrafter:
 
 class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
     def __init__(self, max_sessions: int, metrics: ServiceMetrics | None = None, overlap: bool = True,
-                 batching: BatchingOptions | None = None) -> None:
+                 batching: BatchingOptions | None = None, open_timeout_s: float = 30.0) -> None:
         self.loaded: LoadedDrafter | None = None  # set once the model is loaded
         self.batching = batching  # how sessions share passes; None: one at a time
         self.overlap = overlap  # draft each next block while the verifier checks this one (drafters/overlap.py)
         self.metrics = metrics or ServiceMetrics("draft")
         self.sessions = SessionLimit(max_sessions, self.metrics)
+        # Streams count as sessions once open. Verify is the one usual peer: it may open up to max_sessions at once.
+        self.streams = StreamGate(open_timeout_s, max_sessions, "draft_service")
         self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
         self._status: dict = {}
 
@@ -66,11 +70,13 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
     async def Propose(self, request_iterator: AsyncIterator[draft_pb2.ProposeRequest], context: grpc.aio.ServicerContext):
         if self.loaded is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the draft model is still loading")
+        requests = aiter(request_iterator)
+        opening = await self.streams.first_message(requests, context)
+        if opening is None:
+            return
         async with self.sessions.hold(context):
-            opening = await anext(aiter(request_iterator), None)
-            if opening is None:
-                return
-            session = await self._open(opening, context)
+            sequence = self._sequence_check(opening.open.vocab_size)
+            session = await self._open(opening, sequence, context)
             try:
                 num_tokens = await _checked_draft_tokens(opening.open.num_draft_tokens, "open.num_draft_tokens", context)
                 ahead = None
@@ -79,33 +85,40 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
                     # Runs while the block travels and the target verifies it; awaited before the next propose.
                     ahead = self._draft_ahead(session)
                     yield response
-                    message = await anext(aiter(request_iterator), None)
+                    # NOTE: no idle timeout once open: verify keeps the stream through rounds it decodes alone.
+                    message = await anext(requests, None)
                     if message is None:
                         return
-                    num_tokens = await self._apply_feedback(session, message, opening.open.vocab_size, context)
+                    num_tokens = await self._apply_feedback(session, message, sequence, context)
             finally:
                 await self._run(session.close)
 
-    async def _open(self, message: draft_pb2.ProposeRequest, context: grpc.aio.ServicerContext) -> OverlappedDraftSession:
+    def _sequence_check(self, claimed_vocab_size: int) -> SequenceCheck:
+        """Ids the drafter can read (the model's own vocabulary, whatever the client claims) and a
+        length its context holds."""
+        model = self.loaded.model
+        if model is None:
+            return SequenceCheck(claimed_vocab_size, MODEL_FREE_MAX_TOKENS)
+        return SequenceCheck(min(claimed_vocab_size, model.vocab_size), model.max_context)
+
+    async def _open(self, message: draft_pb2.ProposeRequest, sequence: SequenceCheck, context: grpc.aio.ServicerContext) -> OverlappedDraftSession:
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
         try:
-            request = self._draft_request(message.open)
+            request = self._draft_request(message.open, sequence)
             return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request))
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
 
-    def _draft_request(self, opening: draft_pb2.ProposeOpen) -> DraftRequest:
+    def _draft_request(self, opening: draft_pb2.ProposeOpen, sequence: SequenceCheck) -> DraftRequest:
         theirs, ours = opening.vocab_fingerprint, self._status.get("vocab_fingerprint", "")
         if theirs and ours and theirs != ours:
             raise SpecdecError("open.vocab_fingerprint: the draft's vocabulary differs from the target's; refusing to draft")
-        if opening.vocab_size == 0:
-            raise InvalidRequestError("open.vocab_size", "must be the width of the target's logits (> 0)")
+        if not 0 < opening.vocab_size <= MAX_VOCAB_SIZE:
+            raise InvalidRequestError("open.vocab_size", f"must be the width of the target's logits (1 to {MAX_VOCAB_SIZE}), got {opening.vocab_size}")
         if not opening.prompt_ids:
             raise InvalidRequestError("open.prompt_ids", "must hold at least one token")
-        bad = next((t for t in opening.prompt_ids if not 0 <= t < opening.vocab_size), None)
-        if bad is not None:
-            raise InvalidRequestError("open.prompt_ids", f"token id {bad} is outside the vocabulary [0, {opening.vocab_size})")
+        sequence.extend(opening.prompt_ids, "open.prompt_ids")
         return DraftRequest(
             prompt_ids=list(opening.prompt_ids),
             sampling=sampling_from_proto(opening.sampling, "open.sampling"),
@@ -142,14 +155,15 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         self.metrics.num_draft_tokens.inc(len(block))
         return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
 
-    async def _apply_feedback(self, session: OverlappedDraftSession, message: draft_pb2.ProposeRequest, vocab_size: int,
+    async def _apply_feedback(self, session: OverlappedDraftSession, message: draft_pb2.ProposeRequest, sequence: SequenceCheck,
                               context: grpc.aio.ServicerContext) -> int:
         if message.WhichOneof("message") != "feedback":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "after `open`, every Propose message must be `feedback`")
         feedback = message.feedback
-        bad = next((t for t in feedback.appended_ids if not 0 <= t < vocab_size), None)
-        if bad is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.appended_ids: token id {bad} is outside the vocabulary [0, {vocab_size})")
+        try:
+            sequence.extend(feedback.appended_ids, "feedback.appended_ids", num_accepted=feedback.num_accepted)
+        except InvalidRequestError as error:
+            await abort_for(context, error)
         try:
             # Inline: feedback is bookkeeping only (the cache is trimmed lazily by the next propose);
             # with overlap it also tells a pre-draft in flight whether its guess held.
@@ -186,3 +200,20 @@ async def _checked_draft_tokens(num_tokens: int, field: str, context: grpc.aio.S
     if num_tokens > MAX_DRAFT_TOKENS:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{field}: at most {MAX_DRAFT_TOKENS} per block, got {num_tokens}")
     return num_tokens
+
+
+class SequenceCheck:
+    """The token ids one Propose stream sends, checked as they come: ids the draft model has, and a
+    sequence its context holds (the length is checked first, so a huge list costs no loop over it)."""
+
+    def __init__(self, vocab_size: int, max_context: int) -> None:
+        self.vocab_size, self.max_context = vocab_size, max_context
+        self.length = 0
+
+    def extend(self, token_ids, field: str, num_accepted: int = 0) -> None:
+        self.length += num_accepted + len(token_ids)
+        if self.length > self.max_context:
+            raise InvalidRequestError(field, f"the sequence would have {self.length} tokens, past the draft model's context of {self.max_context}")
+        bad = next((token for token in token_ids if not 0 <= token < self.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError(field, f"token id {bad} is outside the vocabulary [0, {self.vocab_size})")

@@ -1,4 +1,4 @@
-"""Admission control: a bounded number running, a bounded queue with a timeout, per-key rates."""
+"""Admission control: bounded generations running, a bounded queue with a timeout, per-key rates."""
 
 from __future__ import annotations
 
@@ -12,35 +12,67 @@ from gateway.errors import overloaded
 
 
 class Admission:
-    """`max_running` requests at once; up to `max_queue` wait at most `queue_timeout_s` for a slot."""
+    """`max_running` generations at once, counted as verify counts its sessions: a request for n
+    choices takes n. Up to `max_queue` requests wait, first come first served, at most
+    `queue_timeout_s` each; beyond that, 429."""
 
     def __init__(self, max_running: int, max_queue: int, queue_timeout_s: float) -> None:
-        self.slots = asyncio.Semaphore(max_running)
         self.max_running, self.max_queue, self.queue_timeout_s = max_running, max_queue, queue_timeout_s
-        self.waiting = 0
-        self.running = 0
+        self.generations = 0  # running, n per request
+        self.running = 0  # requests
+        self.queue: collections.deque[tuple[int, asyncio.Future]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self.queue)
 
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[float]:
-        """Hold a slot for the body of the `async with`; yields the seconds spent queued."""
+    async def slot(self, generations: int = 1) -> AsyncIterator[float]:
+        """Hold room for `generations` for the body of the `async with`; yields the seconds spent queued."""
         started = time.perf_counter()
-        # NOTE: counted, not read off the semaphore: requests arriving in one event-loop turn have
-        # not tried to acquire yet, so the semaphore still looks free to all of them.
-        if self.running + self.waiting >= self.max_running + self.max_queue:
-            raise overloaded(f"server busy: {self.running} running and {self.waiting} queued", retry_after_s=1)
-        self.waiting += 1
-        try:
-            await asyncio.wait_for(self.slots.acquire(), timeout=self.queue_timeout_s)
-        except asyncio.TimeoutError as error:
-            raise overloaded(f"no slot freed within {self.queue_timeout_s:g}s", retry_after_s=self.queue_timeout_s / 2) from error
-        finally:
-            self.waiting -= 1
+        weight = min(generations, self.max_running)  # NOTE: a request wider than everything takes everything
+        await self._enter(weight)
         self.running += 1
         try:
             yield time.perf_counter() - started
         finally:
             self.running -= 1
-            self.slots.release()
+            self.generations -= weight
+            self._admit_waiting()
+
+    async def _enter(self, weight: int) -> None:
+        # NOTE: counted here, in one step, so requests arriving in the same event-loop turn all see each other.
+        if not self.queue and self.generations + weight <= self.max_running:
+            self.generations += weight
+            return
+        if len(self.queue) >= self.max_queue:
+            raise overloaded(f"server busy: {self.running} running and {self.waiting} queued", retry_after_s=1)
+        entry = (weight, asyncio.get_running_loop().create_future())
+        self.queue.append(entry)
+        try:
+            await asyncio.wait_for(asyncio.shield(entry[1]), timeout=self.queue_timeout_s)
+        except asyncio.TimeoutError as error:
+            self._leave(entry)
+            raise overloaded(f"no slot freed within {self.queue_timeout_s:g}s", retry_after_s=self.queue_timeout_s / 2) from error
+        except BaseException:
+            self._leave(entry)
+            raise
+
+    def _leave(self, entry: tuple[int, asyncio.Future]) -> None:
+        """A waiter gives up (timeout, client gone): out of the queue, or its room back if it was admitted meanwhile."""
+        weight, admitted = entry
+        if admitted.done():
+            self.generations -= weight
+        else:
+            admitted.cancel()
+            self.queue.remove(entry)
+        self._admit_waiting()
+
+    def _admit_waiting(self) -> None:
+        while self.queue and self.generations + self.queue[0][0] <= self.max_running:
+            weight, admitted = self.queue.popleft()
+            self.generations += weight
+            admitted.set_result(None)
 
 
 class RateLimiter:

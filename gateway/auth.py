@@ -1,11 +1,13 @@
-"""API keys (SPECDEC_API_KEYS and/or a keys file re-read on change) and a client CIDR allow-list."""
+"""API keys (SPECDEC_API_KEYS and/or a keys file re-read on change), their audit ids, and a client CIDR allow-list."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import logging
 import os
+import secrets
 from pathlib import Path
 
 from fastapi import Request
@@ -81,3 +83,29 @@ class ClientAllowList:
             address = None
         if address is None or not any(address in network for network in self.networks):
             raise OpenAIError(403, "this client address is not allowed", "permission_error", code="ip_not_allowed")
+
+
+class AuditKeyIds:
+    """The id an API key has in the audit log: HMAC-SHA256 of the key under a per-deployment secret.
+
+    An unkeyed hash would let anyone holding the logs test guesses of a weak key offline. The secret
+    comes from $SPECDEC_AUDIT_SECRET, else from serving.audit_secret_file; with neither, a random one
+    per process (ids are then stable only until a restart, and differ between replicas).
+    """
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+
+    @classmethod
+    def from_environment(cls, secret_file: str | None) -> AuditKeyIds:
+        secret = os.environ.get("SPECDEC_AUDIT_SECRET", "").encode()
+        if not secret and secret_file:
+            secret = Path(secret_file).read_bytes().strip()
+        if not secret:
+            log.info("no audit secret configured (SPECDEC_AUDIT_SECRET or serving.audit_secret_file): "
+                     "audit key ids are random per process")
+            secret = secrets.token_bytes(32)
+        return cls(secret)
+
+    def of(self, key: str) -> str:
+        return "key-" + hmac.new(self.secret, key.encode(), hashlib.sha256).hexdigest()[:16]

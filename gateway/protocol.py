@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from specdec.limits import MaxTokens, Seed, TokenId, TopK, TopLogprobs
 
 
 def _encodable(value):
@@ -22,10 +24,6 @@ def _encodable(value):
             except UnicodeEncodeError:
                 raise ValueError("must be valid Unicode text (it holds a lone surrogate)") from None
     return value
-
-
-# Token ids travel as int32 to verify: a larger one would fail while building the gRPC request (a 500).
-TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 
 
 class _Request(BaseModel):
@@ -70,9 +68,9 @@ class _SamplingRequest(_Request):
     model: str
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0, description="extension: 0 = off")
+    top_k: TopK | None = Field(None, description="extension: 0 = off")
     min_p: float | None = Field(None, ge=0.0, le=1.0, description="extension")
-    seed: int | None = Field(None, ge=0, lt=2**64)
+    seed: Seed | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -103,10 +101,10 @@ class _SamplingRequest(_Request):
 
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: TopLogprobs | None = None
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -115,8 +113,8 @@ class ChatCompletionRequest(_SamplingRequest):
 
 class CompletionRequest(_SamplingRequest):
     prompt: str | list[str] | list[TokenId]
-    max_tokens: int | None = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=20)
+    max_tokens: MaxTokens | None = 16
+    logprobs: TopLogprobs | None = None
     echo: bool = False
 
     _valid_prompt = field_validator("prompt")(_encodable)

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import time
 from pathlib import Path
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gateway.admission import Admission, RateLimiter
-from gateway.auth import ApiKeys, ClientAllowList
+from gateway.auth import ApiKeys, AuditKeyIds, ClientAllowList
 from gateway.choices import Completion, open_streams, run_all
 from gateway.errors import OpenAIError, bad_request
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
-from gateway.streaming import stream_events
+from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.upstream import Upstream
 from specdec.config import SpecdecConfig
 from specdec.metrics import ServiceMetrics
+from specdec.v1 import common_pb2
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("specdec.audit")
@@ -34,13 +34,14 @@ class Gateway:
         self.admission = Admission(settings.max_concurrent_requests, settings.max_queue, settings.queue_timeout_s)
         self.rates = RateLimiter(settings.rate_limit_rpm, settings.rate_limit_tpm)
         self.keys = ApiKeys.from_environment(settings.api_keys_file)
+        self.key_ids = AuditKeyIds.from_environment(settings.audit_secret_file)
         self.allow_list = ClientAllowList(settings.allowed_cidrs)
         self.metrics = ServiceMetrics("gateway")
         self.metrics.running.set_function(lambda: self.admission.running)
         self.metrics.waiting.set_function(lambda: self.admission.waiting)
         self.log_content = config.observability.log_content
         self._model_names: tuple[str, ...] | None = None
-        self._max_model_len: int | None = None
+        self._status: common_pb2.ServerStatus | None = None  # verify's, read once
 
     async def start(self) -> None:
         # grpc.aio channels belong to the loop that creates them: this must run on uvicorn's.
@@ -55,22 +56,25 @@ class Gateway:
         self.allow_list.check(request)
         if self.keys.enabled:
             key = self.keys.authenticate(request.headers.get("authorization"))
-            request.state.key_id = "key-" + hashlib.sha256(key.encode()).hexdigest()[:12]  # never the key itself
+            request.state.key_id = self.key_ids.of(key)  # never the key itself
             return key
         return request.client.host if request.client else "anonymous"
+
+    async def _served(self) -> common_pb2.ServerStatus:
+        if self._status is None:
+            self._status = await self.upstream.status()
+        return self._status
 
     async def model_names(self) -> tuple[str, ...]:
         """The id clients use (served_model_name, or the target's name), then aliases."""
         if self._model_names is None:
-            status = await self.upstream.status()
-            source = status.model.rstrip("/")
+            source = (await self._served()).model.rstrip("/")
             names = [self.settings.served_model_name or Path(source).name or source, source]
             self._model_names = tuple(dict.fromkeys(name for name in names if name))
-            self._max_model_len = status.max_context or None
         return self._model_names
 
     async def models(self) -> ModelList:
-        return ModelList(data=[ModelCard(id=(await self.model_names())[0], max_model_len=self._max_model_len)])
+        return ModelList(data=[ModelCard(id=(await self.model_names())[0], max_model_len=(await self._served()).max_context or None)])
 
     async def _check_request(self, request: ChatCompletionRequest | CompletionRequest) -> str:
         names = await self.model_names()
@@ -82,6 +86,7 @@ class Gateway:
         limit, asked = self.settings.max_tokens_limit, request.requested_max_tokens
         if asked is not None and asked > limit:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
+        _check_prompt_length(request, await self._served())
         return names[0]
 
     async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):
@@ -92,7 +97,7 @@ class Gateway:
             http.state.audit["prompt"] = request.model_dump(include={"messages", "prompt"})
         completion = Completion(request, model)
         if not request.stream:
-            async with self.admission.slot() as queued_s:
+            async with self.admission.slot(request.n) as queued_s:
                 self.metrics.queue_time.observe(queued_s)
                 choices = await run_all(self.upstream, request)
                 body = completion.response(choices)
@@ -103,7 +108,7 @@ class Gateway:
             return JSONResponse(body)
         # A stream holds its slot until the last event (or the client's disconnect): see finish().
         stack = contextlib.AsyncExitStack()
-        self.metrics.queue_time.observe(await stack.enter_async_context(self.admission.slot()))
+        self.metrics.queue_time.observe(await stack.enter_async_context(self.admission.slot(request.n)))
         try:
             opened = await open_streams(self.upstream, request)
         except BaseException:
@@ -118,7 +123,7 @@ class Gateway:
             self.audit(http, status)
 
         events = stream_events(completion, opened, finish)
-        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return ClosingStreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     def _account(self, identity: str, usage: dict, stats: dict, http: Request) -> None:
         self.rates.record_tokens(identity, usage["completion_tokens"])
@@ -137,3 +142,24 @@ class Gateway:
         self.metrics.requests.labels(str(status)).inc()
         self.metrics.e2e_latency.observe(time.perf_counter() - http.state.started)
         audit_log.info("request", extra={"fields": fields})
+
+
+def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, status: common_pb2.ServerStatus) -> None:
+    """Verify's refusal of a prompt that cannot fit (verify_service/requests.py), made before the gRPC
+    request is built: a prompt of megabytes then costs its parsing here and nothing more."""
+    if not status.max_prompt_chars:  # a verify service that does not report its bound
+        return
+    chat = isinstance(request, ChatCompletionRequest)
+    param = "messages" if chat else "prompt"
+    if chat or isinstance(request.prompt, str):
+        parts = [message.text() for message in request.messages] if chat else [request.prompt]
+        count, size = (len(parts) if chat else 0), sum(map(len, parts))
+    else:
+        count, size = len(request.prompt), 0
+    if count > status.max_context:
+        what = f"{count} {'messages' if chat else 'tokens'}"
+    elif size > status.max_prompt_chars:
+        what = f"{size} characters (at most {status.max_prompt_chars})"
+    else:
+        return
+    raise bad_request(f"{param}: {what} cannot fit in the model's context of {status.max_context} tokens; shorten the prompt", param)

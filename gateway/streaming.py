@@ -6,6 +6,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
+import anyio
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
 from gateway.choices import Choice, Completion, round_provenance, speculative, sse, usage
 from gateway.errors import OpenAIError
 from specdec.v1 import verify_pb2
@@ -86,3 +90,21 @@ def _closing_chunk(completion: Completion, choices: list[Choice]) -> dict:
     chunk = {**completion.envelope(chunk=True), "choices": [], "speculative": speculative(completion.request, choices).model_dump()}
     chunk["usage"] = usage(choices).model_dump() if options is not None and options.include_usage else None
     return chunk
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that closes its event generator however the response ends.
+
+    NOTE: when a client goes away while a write to it is blocked (a slow reader), Starlette stops at
+    that write and leaves the generator suspended at its `yield`: its `finally` (which frees the
+    admission slot and cancels the gRPC calls) would run only when the garbage collector gets to it,
+    minutes later. Closing it here frees them at once; shielded, because the response task is
+    usually being cancelled when this runs.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()

@@ -127,6 +127,7 @@ class ServingSection(_Section):
     verify_endpoint: str = "localhost:50052"
     served_model_name: str | None = Field(None, description="the model id clients send; default: the target's name")
     api_keys_file: str | None = Field(None, description="one key per line; re-read when it changes")
+    audit_secret_file: str | None = Field(None, description="secret for the audit log's key ids (HMAC); also $SPECDEC_AUDIT_SECRET")
     allowed_cidrs: list[str] = Field(default_factory=list, description="client allow-list; empty = everyone")
     rate_limit_rpm: int | None = Field(None, ge=1, description="requests per minute per API key")
     rate_limit_tpm: int | None = Field(None, ge=1, description="completion tokens per minute per API key")
@@ -162,6 +163,8 @@ class DraftServiceSection(_BatchingSection):
     grace_seconds: float = Field(5.0, ge=0, description="time open streams get on shutdown")
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
     overlap: bool = Field(True, description="draft each next block while the target verifies this one, guessing all is accepted")
+    # Once open, a Propose stream may idle as long as its verify session lasts (rounds without drafting).
+    stream_idle_timeout_s: float = Field(30.0, gt=0, description="a Propose stream that sends no `open` within this is closed")
 
 
 class VerifyServiceSection(_BatchingSection):
@@ -177,6 +180,8 @@ class VerifyServiceSection(_BatchingSection):
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
     load_aware_speculation: bool = Field(True, description="no drafting at loads where it measurably delivers fewer tokens/s")
     load_window_s: float = Field(2.0, gt=0, description="length of the load-aware policy's measurement windows")
+    stream_idle_timeout_s: float = Field(30.0, gt=0, description="a Verify stream with no message for this long is closed (DEADLINE_EXCEEDED)")
+    max_unopened_streams_per_peer: int = Field(16, ge=1, description="Verify streams one client address may hold before sending `open`")
 
 
 class TlsSection(_Section):

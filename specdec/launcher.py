@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from specdec.errors import SpecdecError
 
 START_TIMEOUT_S = 600.0  # a large model can take minutes to load
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass
@@ -138,9 +140,11 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     # One host: a small draft on one thread leaves the other cores to the target, and two
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
     draft_args += ["--cpu-threads", "1"] if plan.config_file is None else []
-    stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--port", str(plan.draft_port), "--metrics-port", str(plan.draft_metrics_port)])
+    # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
+    stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
+                          "--metrics-port", str(plan.draft_metrics_port)])
     _wait_grpc("draft", stack, f"localhost:{plan.draft_port}")
-    stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--port", str(plan.verify_port),
+    stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--host", LOOPBACK, "--port", str(plan.verify_port),
                            "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",
                            *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])])
     _wait_grpc("verify", stack, f"localhost:{plan.verify_port}")
@@ -179,12 +183,31 @@ def _wait(name: str, stack: Stack, probe) -> None:
 
 
 def _announce(plan: UpPlan) -> None:
+    """The URL, the model's id and a curl line to try; with API keys set, the curl line shows where the key goes."""
     url = f"http://localhost:{plan.gateway_port}"
-    with urllib.request.urlopen(f"{url}/v1/models", timeout=5) as response:
-        import json
-
-        model = json.load(response)["data"][0]["id"]
+    key = _any_api_key(plan)
+    try:
+        model = _served_model(url, key)
+    except (OSError, ValueError, LookupError) as error:  # never a reason to stop a stack that is up
+        print(f"specdec up: could not read the served model's id from {url}/v1/models: {error}", file=sys.stderr)
+        model = "<model>"
     print(f"\nspecdec is up: {url}/v1 (model {model!r}); Ctrl-C stops it.\n")
-    print(f"""curl {url}/v1/chat/completions -H 'Content-Type: application/json' \\
+    auth = " -H 'Authorization: Bearer <one of your API keys>'" if key else ""
+    print(f"""curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\
   -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'\n""")
     print(f"Playground (speculation token by token): {url}/\n", flush=True)
+
+
+def _any_api_key(plan: UpPlan) -> str | None:
+    """One of the keys the gateway accepts ($SPECDEC_API_KEYS or the config's keys file), or None."""
+    from gateway.auth import ApiKeys
+    from specdec.config import load_config
+
+    keys = ApiKeys.from_environment(load_config(plan.config_file).serving.api_keys_file).current()
+    return min(keys) if keys else None
+
+
+def _served_model(url: str, key: str | None) -> str:
+    request = urllib.request.Request(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"} if key else {})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)["data"][0]["id"]

@@ -29,3 +29,13 @@ def _require_tokens(token_ids: list[int], field: str) -> list[int]:
     if not token_ids:
         raise InvalidRequestError(field, "encodes to no tokens; give at least one character")
     return list(token_ids)
+
+
+def max_prompt_chars(tokenizer: PreTrainedTokenizerBase, max_context: int) -> int:
+    """The most characters a prompt that fits in `max_context` tokens can have.
+
+    NOTE: no token stands for more characters than its vocabulary entry has (byte-level BPE writes
+    each byte as one character, SentencePiece a space as one '▁', byte-fallback tokens as '<0x..>'),
+    so a longer prompt has more than max_context tokens, and is refused without tokenizing it.
+    """
+    return max_context * max(map(len, tokenizer.get_vocab()))

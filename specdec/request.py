@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specdec.enums import AcceptanceMode, SpeculationPolicy
+from specdec.limits import Seed, TopLogprobs
 from specdec.sampling import SamplingParams
 from specdec.tree import TreeShape
 
@@ -23,7 +24,7 @@ class GenerationRequest(BaseModel):
     prompt_ids: list[int] = Field(min_length=1)
     max_tokens: int = Field(64, ge=1)
     sampling: SamplingParams = SamplingParams()
-    seed: int = Field(default_factory=lambda: secrets.randbits(63), ge=0, lt=2**64)
+    seed: Seed = Field(default_factory=lambda: secrets.randbits(63))
     stop: list[str] = Field(default_factory=list)
     speculative: bool = True
     # always: every round drafts (adaptive K never goes below 1), whatever the service's load-aware
@@ -40,7 +41,7 @@ class GenerationRequest(BaseModel):
     tree_nodes: int = Field(0, ge=0, le=256)
     ignore_eos: bool = False
     logprobs: bool = False
-    top_logprobs: int = Field(0, ge=0, le=20)
+    top_logprobs: TopLogprobs = 0
 
     @model_validator(mode="after")
     def _greedy_acceptance_needs_greedy_sampling(self) -> GenerationRequest:

@@ -12,6 +12,8 @@ from typing import NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdec.limits import TopK
+
 
 class SamplingParams(BaseModel):
     """Per-request sampling parameters; temperature 0 means greedy."""
@@ -20,7 +22,7 @@ class SamplingParams(BaseModel):
 
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0, description="0 disables top-k")
+    top_k: TopK = 0
     min_p: float = Field(0.0, ge=0.0, le=1.0)
 
     @property
@@ -67,9 +69,11 @@ def _mask_outside_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_logits, sorted_ids = torch.sort(logits, dim=-1, descending=True)
     sorted_probs = torch.softmax(sorted_logits, dim=-1)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-    # NOTE: a token is kept while the mass strictly before it is < top_p, so the top token
-    # always survives and the kept set is the smallest with mass >= top_p.
+    # NOTE: a token is kept while the mass strictly before it is < top_p, so the kept set is the
+    # smallest with mass >= top_p. The most probable token is kept explicitly: a top_p below the
+    # dtype's smallest number (1e-46 in float32) compares as 0 and would otherwise drop every token.
     drop_sorted = mass_before >= top_p
+    drop_sorted[..., 0] = False
     drop = torch.zeros_like(drop_sorted).scatter_(-1, sorted_ids, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
 

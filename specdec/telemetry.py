@@ -85,6 +85,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class PathsOnly(logging.Filter):
+    """uvicorn's access lines carry the request's full path: keep it, without the query string, where
+    a client may have put a secret (`?api_key=...`) that would otherwise be written verbatim."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # uvicorn.access: '%s - "%s %s HTTP/%s" %d' % (client, method, path with query, version, status)
+        if isinstance(record.args, tuple) and len(record.args) == 5 and isinstance(record.args[2], str):
+            record.args = (*record.args[:2], record.args[2].split("?", 1)[0], *record.args[3:])
+        return True
+
+
 def configure_logging(level: str, json_lines: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -94,3 +105,6 @@ def configure_logging(level: str, json_lines: bool) -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(existing, PathsOnly) for existing in access.filters):
+        access.addFilter(PathsOnly())

@@ -100,17 +100,20 @@ START_TIMEOUT_S = 120  # three processes importing torch on 2 busy cores
 class LoopbackStack:
     """`specdec serve` draft, verify and gateway processes on free loopback ports, as deployed."""
 
-    def __init__(self, pair, directory) -> None:
+    def __init__(self, pair, directory, max_sessions: int = 64) -> None:
         self.ports = {name: free_port() for name in ("draft", "verify", "gateway", "draft_metrics", "verify_metrics")}
         ports = self.ports
+        self.max_sessions = max_sessions  # verify's sessions, and as many generations admitted by the gateway
         self.draft = ServiceProcess("draft", ["--draft", str(pair.draft), "--port", str(ports["draft"]),
                                               "--metrics-port", str(ports["draft_metrics"])], directory / "draft.log")
         self.verify = ServiceProcess("verify", ["--target", str(pair.target), "--port", str(ports["verify"]),
-                                                "--metrics-port", str(ports["verify_metrics"]), "--draft-endpoint", f"127.0.0.1:{ports['draft']}"],
+                                                "--metrics-port", str(ports["verify_metrics"]), "--draft-endpoint", f"127.0.0.1:{ports['draft']}",
+                                                "--max-sessions", str(max_sessions)],
                                      directory / "verify.log")
         # connect timeout 1 s: "verify is gone" must be a fast 503, not a 2 s wait per request
         self.gateway = ServiceProcess("gateway", ["--port", str(ports["gateway"]), "--verify-endpoint", f"127.0.0.1:{ports['verify']}"],
-                                      directory / "gateway.log", env={"SPECDEC_SERVING__UPSTREAM_CONNECT_TIMEOUT_S": "1"})
+                                      directory / "gateway.log", env={"SPECDEC_SERVING__UPSTREAM_CONNECT_TIMEOUT_S": "1",
+                                                                         "SPECDEC_SERVING__MAX_CONCURRENT_REQUESTS": str(max_sessions)})
         self.url = f"http://127.0.0.1:{ports['gateway']}"
 
     @property
@@ -140,9 +143,9 @@ class LoopbackStack:
 
     @classmethod
     @contextlib.contextmanager
-    def running(cls, pair, directory) -> Iterator[LoopbackStack]:
+    def running(cls, pair, directory, **options) -> Iterator[LoopbackStack]:
         """A healthy stack for the `with` block; every process is stopped after it."""
-        stack = cls(pair, directory)
+        stack = cls(pair, directory, **options)
         try:
             stack.heal()
             yield stack

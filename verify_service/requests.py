@@ -19,6 +19,26 @@ _POLICY_FROM_PROTO = {verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPoli
                       verify_pb2.SPECULATION_POLICY_ALWAYS: SpeculationPolicy.ALWAYS}
 
 
+def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, max_chars: int) -> int:
+    """Refuse a prompt that cannot fit in the context from its length alone, before tokenizing it
+    (`max_chars`: specdec.prompts.max_prompt_chars); O(number of messages), cheap on the event loop.
+    Returns the characters there are to tokenize."""
+    kind = options.WhichOneof("prompt")
+    if kind == "token_ids":
+        size, limit, unit, field = len(options.token_ids.ids), max_context, "tokens", "options.token_ids"
+    elif kind == "chat":
+        messages = options.chat.messages
+        if len(messages) > max_context:  # each message renders to at least one token
+            raise InvalidRequestError("options.chat.messages", f"{len(messages)} messages cannot fit in the model's context of {max_context} tokens")
+        size, limit, unit, field = sum(len(message.content) for message in messages), max_chars, "characters", "options.chat.messages"
+    else:
+        size, limit, unit, field = len(options.text), max_chars, "characters", "options.text"
+    if size > limit:
+        raise InvalidRequestError(field, f"{size} {unit} cannot fit in the model's context of {max_context} tokens "
+                                         f"(at most {limit} {unit}); shorten the prompt")
+    return size if unit == "characters" else 0
+
+
 def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: LoadedModel) -> list[int]:
     kind = options.WhichOneof("prompt")
     if kind == "text":

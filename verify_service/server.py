@@ -74,7 +74,8 @@ class VerifyServer:
         await self.server.stop(grace)
         if self.draft_channel is not None:
             await self.draft_channel.close()
-        self.servicer.executor.shutdown(wait=False, cancel_futures=True)
+        for executor in (self.servicer.executor, self.servicer.prep):
+            executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _load_target(config: SpecdecConfig) -> LoadedModel:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -20,16 +21,20 @@ from specdec.load_policy import LoadAwareSpeculation
 from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
+from specdec.prompts import max_prompt_chars
 from specdec.request import GenerationStats
 from specdec.rpc.convert import block_from_proto, vocab_fingerprint
 from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
+from specdec.rpc.streams import StreamGate
 from specdec.target_session import TargetSession
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
-from verify_service.requests import VERIFY_MAX_CANDIDATES, generate_overrides, generation_request
+from verify_service.requests import VERIFY_MAX_CANDIDATES, check_prompt_size, generate_overrides, generation_request
 from verify_service.responses import generate_response, verify_response
 
 log = logging.getLogger(__name__)
+PREP_WORKERS = 2  # tokenizing and checking requests: off the event loop, and apart from the generation workers
+LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time: short ones always find a free prep worker
 
 
 class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
@@ -41,11 +46,17 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.drafter: RemoteDrafter | None = None
         self.fingerprint = ""
         self.metrics = metrics or ServiceMetrics("verify")
-        self.sessions = SessionLimit(config.verify_service.max_sessions, self.metrics)
-        self.executor = ThreadPoolExecutor(max_workers=min(32, config.verify_service.max_sessions), thread_name_prefix="verify")
+        settings = config.verify_service
+        self.sessions = SessionLimit(settings.max_sessions, self.metrics)
+        self.executor = ThreadPoolExecutor(max_workers=min(32, settings.max_sessions), thread_name_prefix="verify")
+        self.prep = ThreadPoolExecutor(max_workers=PREP_WORKERS, thread_name_prefix="verify-prep")
+        self.streams = StreamGate(settings.stream_idle_timeout_s, settings.max_unopened_streams_per_peer, "verify_service")
+        self.large_prompts = asyncio.Semaphore(1)
+        self.max_prompt_chars = 0  # set with the target
 
     def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
         self.fingerprint = vocab_fingerprint(target.tokenizer)
+        self.max_prompt_chars = max_prompt_chars(target.tokenizer, target.max_context)
         self.metrics.track_cuda(target.device)
         self.drafter = drafter
         self.runner = default_runner(target.model, service_batching(self.config, "verify", self.metrics.registry))
@@ -63,13 +74,21 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the target model is still loading")
         return self.target
 
-    async def Generate(self, request: verify_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
-        target = await self._require_target(context)
+    async def _generation_request(self, options: verify_pb2.GenerationOptions, target: LoadedModel, context, **overrides):
+        """Check the prompt's size (cheap, here), then tokenize and validate in a prep worker."""
         try:
-            generation = generation_request(request.options, target, self.config, **generate_overrides(request))
+            prepare = functools.partial(generation_request, options, target, self.config, **overrides)
+            if check_prompt_size(options, target.max_context, self.max_prompt_chars) < LARGE_PROMPT_CHARS:
+                return await run_in_thread(self.prep, prepare)
+            async with self.large_prompts:
+                return await run_in_thread(self.prep, prepare)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
+
+    async def Generate(self, request: verify_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
+        target = await self._require_target(context)
         async with self.sessions.hold(context):
+            generation = await self._generation_request(request.options, target, context, **generate_overrides(request))
             drafter = self.drafter.with_deadline(context.time_remaining()) if self.drafter else None
             stats = GenerationStats()
             chunks = SpeculativeGenerator(target, drafter, self.runner, self.load_policy).stream(generation, stats)
@@ -118,14 +137,16 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
 
     async def Verify(self, request_iterator: AsyncIterator[verify_pb2.VerifyRequest], context: grpc.aio.ServicerContext):
         target = await self._require_target(context)
+        requests = aiter(request_iterator)
+        # NOTE: a stream is a session only once `open` has arrived; until then the gate bounds and times it.
+        opening = await self.streams.first_message(requests, context)
+        if opening is None:
+            return
         async with self.sessions.hold(context):
-            opening = await anext(aiter(request_iterator), None)
-            if opening is None:
-                return
             session = await self._open_verify_session(opening, target, context)
             try:
                 yield verify_response(session, None, None)
-                async for message in request_iterator:
+                while (message := await self.streams.next_message(requests, context)) is not None:
                     yield await self._verify_block(session, message, context)
             finally:
                 await self._run(session.close)
@@ -133,10 +154,10 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     async def _open_verify_session(self, message: verify_pb2.VerifyRequest, target: LoadedModel, context) -> TargetSession:
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "send `open` before any candidate block")
+        # The client drafts, so it picks K: the budget stays the fixed cap, never adaptive.
+        generation = await self._generation_request(message.open.options, target, context, num_draft_tokens=VERIFY_MAX_CANDIDATES, speculative=True,
+                                                    adaptive_k=False, tree_branching=0)  # NOTE: Verify verifies chains only
         try:
-            # The client drafts, so it picks K: the budget stays the fixed cap, never adaptive.
-            generation = generation_request(message.open.options, target, self.config, num_draft_tokens=VERIFY_MAX_CANDIDATES, speculative=True,
-                                            adaptive_k=False, tree_branching=0)  # NOTE: Verify verifies chains only
             return await self._run(TargetSession, target, generation, self.runner)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)
@@ -147,11 +168,12 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         if session.finished:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the generation has finished ({session.output.finish_reason}); close the stream")
         try:
-            block = block_from_proto(message.block, session.target.vocab_size, session.mode is AcceptanceMode.REJECTION)
-            if block.tree_parents is not None:
+            if message.block.parent_indices:
                 raise InvalidRequestError("block.parent_indices", "the Verify RPC verifies chains only: send no parent_indices")
-            if len(block) > session.draft_budget():
-                raise InvalidRequestError("block.token_ids", f"{len(block)} candidates, but this round's budget is {session.draft_budget()} (max_candidates)")
+            if len(message.block.token_ids) > session.draft_budget():
+                raise InvalidRequestError("block.token_ids", f"{len(message.block.token_ids)} candidates, but this round's budget is "
+                                                             f"{session.draft_budget()} (max_candidates)")
+            block = await run_in_thread(self.prep, block_from_proto, message.block, session.target.vocab_size, session.mode is AcceptanceMode.REJECTION)
             verdict, chunk = await self._run(session.step, block)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)
@@ -165,6 +187,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         if target is not None:
             status.model, status.vocab_size, status.device = target.source, target.vocab_size, str(target.device)
             status.vocab_fingerprint, status.max_context = self.fingerprint, target.max_context
+            status.max_prompt_chars = self.max_prompt_chars
         return status
 
 

@@ -20,6 +20,7 @@ from specdec.config import TlsSection
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError
 from specdec.metrics import ServiceMetrics
 from specdec.rpc.tls import channel_credentials, server_credentials
+from specdec.rpc.undecodable import RefuseUndecodable
 from specdec.telemetry import grpc_client_interceptors, grpc_server_interceptors
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def create_server(address: str, service_names: Iterable[str], tls: TlsSection | 
 
     Returns (server, bound port, health servicer); port 0 in `address` picks a free port.
     """
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=grpc_server_interceptors())
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RefuseUndecodable(), *grpc_server_interceptors()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]

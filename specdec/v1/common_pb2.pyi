@@ -68,7 +68,7 @@ class ServerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerStatus(_message.Message):
-    __slots__ = ("service", "model", "drafter", "active_sessions", "max_sessions", "vocab_size", "vocab_fingerprint", "device", "max_context")
+    __slots__ = ("service", "model", "drafter", "active_sessions", "max_sessions", "vocab_size", "vocab_fingerprint", "device", "max_context", "max_prompt_chars")
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DRAFTER_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class ServerStatus(_message.Message):
     VOCAB_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROMPT_CHARS_FIELD_NUMBER: _ClassVar[int]
     service: str
     model: str
     drafter: str
@@ -87,4 +88,5 @@ class ServerStatus(_message.Message):
     vocab_fingerprint: str
     device: str
     max_context: int
-    def __init__(self, service: _Optional[str] = ..., model: _Optional[str] = ..., drafter: _Optional[str] = ..., active_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., device: _Optional[str] = ..., max_context: _Optional[int] = ...) -> None: ...
+    max_prompt_chars: int
+    def __init__(self, service: _Optional[str] = ..., model: _Optional[str] = ..., drafter: _Optional[str] = ..., active_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., device: _Optional[str] = ..., max_context: _Optional[int] = ..., max_prompt_chars: _Optional[int] = ...) -> None: ...

@@ -176,6 +176,84 @@ def test_cancelled_waiter_leaves_the_queue():
     asyncio.run(scenario())
 
 
+async def hold_generations(admission: Admission, generations: int, release: asyncio.Event, admitted: list) -> None:
+    async with admission.slot(generations):
+        admitted.append(generations)
+        await release.wait()
+
+
+def test_a_request_takes_one_slot_per_choice_as_verify_counts_sessions():
+    async def scenario():
+        admission = Admission(max_running=16, max_queue=4, queue_timeout_s=5)
+        release, admitted = asyncio.Event(), []
+        tasks = [asyncio.create_task(hold_generations(admission, 8, release, admitted)) for _ in range(3)]
+        await settle()
+        # two n=8 requests fill 16 generations: the third waits instead of reaching verify's cap
+        assert admitted == [8, 8] and (admission.running, admission.waiting, admission.generations) == (2, 1, 16)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert admitted == [8, 8, 8] and (admission.running, admission.waiting, admission.generations) == (0, 0, 0)
+
+    asyncio.run(scenario())
+
+
+def test_waiters_are_admitted_in_arrival_order_even_when_a_later_one_would_fit():
+    async def scenario():
+        admission = Admission(max_running=4, max_queue=4, queue_timeout_s=5)
+        first, second, admitted = asyncio.Event(), asyncio.Event(), []
+        holder = asyncio.create_task(hold_generations(admission, 3, first, admitted))
+        await settle()
+        wide = asyncio.create_task(hold_generations(admission, 4, second, admitted))
+        await settle()
+        narrow = asyncio.create_task(hold_generations(admission, 1, second, admitted))  # fits now, but queued behind `wide`
+        await settle()
+        assert admitted == [3] and admission.waiting == 2
+        first.set()
+        await settle()
+        assert admitted == [3, 4] and admission.waiting == 1
+        second.set()
+        await asyncio.wait_for(asyncio.gather(holder, wide, narrow), 5)
+        assert admitted == [3, 4, 1] and admission.generations == 0
+
+    asyncio.run(scenario())
+
+
+def test_more_choices_than_the_capacity_take_all_of_it():
+    async def scenario():
+        admission = Admission(max_running=4, max_queue=1, queue_timeout_s=5)
+        async with admission.slot(8):
+            assert admission.generations == 4
+            with pytest.raises(OpenAIError):
+                async with admission.slot(1):
+                    pytest.fail("admitted past the capacity")
+        assert admission.generations == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_waiter_that_times_out_or_is_cancelled_takes_no_room_with_it():
+    async def scenario():
+        admission = Admission(max_running=2, max_queue=4, queue_timeout_s=0.05)
+        release, admitted = asyncio.Event(), []
+        holder = asyncio.create_task(hold_generations(admission, 2, release, admitted))
+        await settle()
+        with pytest.raises(OpenAIError) as refused:
+            async with admission.slot(2):
+                pytest.fail("admitted without room")
+        assert_overloaded(refused.value)
+        waiter = asyncio.create_task(hold_generations(admission, 1, release, admitted))
+        await settle()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert (admission.waiting, admission.generations) == (0, 2)
+        release.set()
+        await asyncio.wait_for(holder, 5)
+        assert (admission.running, admission.waiting, admission.generations) == (0, 0, 0)
+
+    asyncio.run(scenario())
+
+
 # --- RateLimiter -----------------------------------------------------------------------------
 
 

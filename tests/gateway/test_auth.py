@@ -207,3 +207,25 @@ def test_prompt_and_output_text_are_logged_only_when_log_content_is_enabled(make
         audits = [record for record in caplog.records if record.name == "specdec.audit"]
         assert audits and (secret in str(audits[-1].fields)) is log_content
         assert ("output" in audits[-1].fields) is log_content
+
+
+# --- audit key ids ---------------------------------------------------------------------------
+
+
+def test_audit_key_ids_are_keyed_by_the_deployment_secret(monkeypatch, tmp_path):
+    import hashlib
+
+    from gateway.auth import AuditKeyIds
+
+    monkeypatch.setenv("SPECDEC_AUDIT_SECRET", "secret-a")
+    ids_a = AuditKeyIds.from_environment(None)
+    assert ids_a.of("letmein") == ids_a.of("letmein") != ids_a.of("letmein2")
+    assert hashlib.sha256(b"letmein").hexdigest()[:12] not in ids_a.of("letmein")  # not the unkeyed hash
+    secret_file = tmp_path / "audit-secret"
+    secret_file.write_text("secret-b\n")
+    assert AuditKeyIds.from_environment(str(secret_file)).of("letmein") == ids_a.of("letmein")  # the environment wins
+    monkeypatch.delenv("SPECDEC_AUDIT_SECRET")
+    ids_b = AuditKeyIds.from_environment(str(secret_file))
+    assert ids_b.of("letmein") == AuditKeyIds(b"secret-b").of("letmein") != ids_a.of("letmein")
+    # no secret anywhere: random per process, so two gateways disagree
+    assert AuditKeyIds.from_environment(None).of("letmein") != AuditKeyIds.from_environment(None).of("letmein")

@@ -27,7 +27,7 @@ def client(gateway_url):
     (CHAT, {"n": 10**40}, "n"),
     (CHAT, {"n": 0}, "n"),
     (CHAT, {"max_tokens": 10**40}, "max_tokens"),
-    (CHAT, {"max_completion_tokens": 2**63}, "max_tokens"),
+    (CHAT, {"max_completion_tokens": 2**63}, "max_completion_tokens"),
     (CHAT, {"logprobs": True, "top_logprobs": 10**9}, "top_logprobs"),
     (COMPLETIONS, {"logprobs": 10**9}, "logprobs"),
     (CHAT, {"seed": 2**64}, "seed"),
@@ -98,3 +98,19 @@ def test_lone_surrogates_are_400_naming_the_field(client, route, fields, param):
 
 def test_the_gateway_still_serves_after_hostile_input(client):
     assert client.post(CHAT, json=BASE).status_code == 200
+
+
+@pytest.mark.parametrize(("route", "fields", "param", "what"), [
+    (CHAT, {"messages": [{"role": "user", "content": "a" * 7000}]}, "messages", "7000 characters"),
+    (CHAT, {"messages": HELLO * 513}, "messages", "513 messages"),
+    (COMPLETIONS, {"prompt": "a" * 7000}, "prompt", "7000 characters"),
+    (COMPLETIONS, {"prompt": [5] * 513}, "prompt", "513 tokens"),
+], ids=["chat", "messages", "text", "token-ids"])
+def test_a_prompt_that_cannot_fit_is_refused_by_the_gateway_without_asking_verify(client, verify_server, route, fields, param, what):
+    """The bound verify reports (its context times its longest token, 512 x 13 characters for the tiny
+    pair): such a prompt costs its parsing, not a gRPC request of megabytes."""
+    refused_by_verify = verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0
+    body = {**BASE, **fields} if route == CHAT else {"model": "target", "max_tokens": 4, **fields}
+    error = assert_openai_error(client.post(route, json=body), 400, param=param)
+    assert error["message"].startswith(f"{param}: {what}") and "512 tokens" in error["message"], error
+    assert (verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0) == refused_by_verify

@@ -7,10 +7,14 @@ import httpx
 import pytest
 from service_support import CHAT, LONG_GREEDY, LoopbackStack, wait_until
 
+# Verify admits 16 sessions and the gateway 16 generations: the hostile-client tests fill them with
+# a few streams instead of 64 (tests/reliability/test_hostile_*.py).
+MAX_SESSIONS = 16
+
 
 @pytest.fixture(scope="session")
 def loopback_stack(tiny_pair_paths, tmp_path_factory):
-    with LoopbackStack.running(tiny_pair_paths, tmp_path_factory.mktemp("loopback-stack")) as stack:
+    with LoopbackStack.running(tiny_pair_paths, tmp_path_factory.mktemp("loopback-stack"), max_sessions=MAX_SESSIONS) as stack:
         yield stack
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import socket
@@ -37,7 +38,7 @@ def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str
     up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", *extra, *arguments], env=env,
                           stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     try:
-        yield _read_until(up, "specdec is up", timeout=timeout, log=tmp_path / "up.log")
+        yield _read_until(up, "\"max_tokens\": 32", timeout=timeout, log=tmp_path / "up.log")  # the banner, to its curl line
     finally:
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0
@@ -45,12 +46,30 @@ def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str
     assert children.strip() == "", "a child service outlived specdec up"
 
 
-def _chat(ports: dict[str, int], model: str, max_tokens: int) -> dict:
+def _chat(ports: dict[str, int], model: str, max_tokens: int, key: str | None = None, status: int = 200) -> dict:
     url = f"http://127.0.0.1:{ports['--gateway-port']}/v1/chat/completions"
     body = {"model": model, "messages": [{"role": "user", "content": "Hello! What can you do?"}], "max_tokens": max_tokens, "temperature": 0}
-    reply = httpx.post(url, json=body, timeout=120)
-    assert reply.status_code == 200, reply.text
+    reply = httpx.post(url, json=body, timeout=120, headers={"Authorization": f"Bearer {key}"} if key else {})
+    assert reply.status_code == status, reply.text
     return reply.json()
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses of the sockets listening on `port` (from /proc/net/tcp and tcp6)."""
+    addresses = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, port_hex = local.split(":")
+                if state == "0A" and int(port_hex, 16) == port:  # 0A: LISTEN
+                    ip = ipaddress.ip_address(bytes.fromhex(address)[::-1] if len(address) == 8 else _ipv6(address))
+                    addresses.add(str(getattr(ip, "ipv4_mapped", None) or ip))  # gRPC listens on ::ffff:127.0.0.1
+    return addresses
+
+
+def _ipv6(address: str) -> bytes:
+    return b"".join(bytes.fromhex(address[i:i + 8])[::-1] for i in range(0, 32, 8))
 
 
 def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
@@ -62,6 +81,20 @@ def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path)
         assert reply["choices"][0]["message"]["content"] and reply["speculative"]["rounds"] > 0
         verify_metrics = httpx.get(f"http://127.0.0.1:{ports['--verify-metrics-port']}/metrics", timeout=5).text
         assert "specdec_spec_decode_num_draft_tokens_total" in verify_metrics
+
+
+def test_up_with_api_keys_set_comes_up_and_serves_only_with_a_key(tmp_path):
+    ports = _ports()
+    key = "sk-up-test-3141"
+    with _specdec_up(tmp_path, ports, "--tiny", env={"SPECDEC_API_KEYS": f"{key},another-key"}) as banner:
+        assert "model 'target'" in banner and "Authorization: Bearer" in banner
+        assert key not in banner  # the banner shows where the key goes, never the key
+        reply = _chat(ports, "target", 8, key=key)
+        assert reply["choices"][0]["message"]["content"]
+        _chat(ports, "target", 8, status=401)
+        # The gRPC ports have no authentication: `up` keeps them on the loopback interface.
+        for flag in ("--draft-port", "--verify-port"):
+            assert _listening_addresses(ports[flag]) == {"127.0.0.1"}, (flag, _listening_addresses(ports[flag]))
 
 
 def test_up_with_no_arguments_chats_with_smollm2_through_the_distilled_draft(tmp_path, default_target_dir):

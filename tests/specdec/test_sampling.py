@@ -76,6 +76,22 @@ def test_a_tiny_temperature_is_the_argmax_not_nan(temperature, dtype):
     assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0]], dtype=dtype))
 
 
+@pytest.mark.parametrize("top_p", [1e-46, 5e-324, 1e-30])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_a_top_p_below_the_smallest_float_keeps_the_most_probable_token(top_p, dtype, temperature):
+    # found by the red team: 1e-46 is 0 in float32, `mass_before >= 0` dropped every token and softmax gave NaN
+    logits = torch.tensor([[1.0, 3.0, -2.0, 2.5], [0.0, -1.0, 4.0, 4.0 - 1e-3]], dtype=dtype)
+    probs = processed_probs(logits, SamplingParams(top_p=top_p, temperature=temperature))
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]], dtype=dtype))
+
+
+def test_top_k_beyond_int32_is_refused_naming_the_field():
+    SamplingParams(top_k=2**31 - 1)  # the largest the gRPC field carries
+    with pytest.raises(ValidationError, match="top_k"):
+        SamplingParams(top_k=2**31)
+
+
 def test_concat_sparse_pads_narrower_rows_with_zero_probability_and_keeps_every_q():
     looked_up = SparseDistribution(torch.tensor([[4], [2]]), torch.tensor([[1.0], [1.0]], dtype=torch.float64))  # [2, 1]
     drafted = sparse_top_k(torch.softmax(LOGITS, -1), draft_top_k=3)  # [1, 3]

@@ -163,3 +163,12 @@ def test_json_formatter_is_one_object_per_line():
 
     entry = json.loads(JsonFormatter().format(record))
     assert entry["message"] == "hello world" and entry["level"] == "warning" and entry["request_id"] == "abc"
+
+
+def test_access_lines_keep_the_path_and_drop_the_query_string():
+    from specdec.telemetry import PathsOnly
+
+    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                               ("127.0.0.1:5000", "GET", "/v1/models?api_key=sk-secret&x=1", "1.1", 401), None)
+    assert PathsOnly().filter(record)
+    assert record.getMessage() == '127.0.0.1:5000 - "GET /v1/models HTTP/1.1" 401'

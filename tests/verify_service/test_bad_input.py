@@ -94,6 +94,27 @@ def test_generate_refuses_prompt_plus_max_tokens_over_the_context(stub, tiny_tar
     assert "max_tokens" in details and "500" in details and "100" in details and "512" in details
 
 
+LONGEST_TINY_TOKEN = 13  # characters of the tiny tokenizer's longest vocabulary entry
+
+
+@pytest.mark.parametrize(("prompt", "field", "size"), [
+    ("a" * (512 * LONGEST_TINY_TOKEN + 1), "options.text", "6657 characters"),
+    ([{"role": "user", "content": "a" * 4000}, {"role": "user", "content": "b" * 3000}], "options.chat.messages", "7000 characters"),
+    ([{"role": "user", "content": "hi"}] * 513, "options.chat.messages", "513 messages"),
+    ([5] * 513, "options.token_ids", "513 tokens"),
+], ids=["text", "chat", "messages", "token-ids"])
+def test_generate_refuses_a_prompt_the_context_cannot_hold_from_its_length(stub, prompt, field, size):
+    error = _generate_error(stub, generation_options(prompt, max_tokens=4))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details().startswith(f"{field}: {size}") and "512 tokens" in error.details(), error.details()
+
+
+def test_a_prompt_at_the_length_bound_is_tokenized_and_judged_by_its_tokens(stub):
+    error = _generate_error(stub, generation_options("a" * (512 * LONGEST_TINY_TOKEN), max_tokens=4))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details().startswith("prompt: the prompt has"), error.details()  # counted in tokens, not characters
+
+
 def test_generate_refuses_negative_temperature(stub, prompt_ids):
     error = _generate_error(stub, generation_options(prompt_ids, temperature=-1.0, max_tokens=4))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -1,0 +1,86 @@
+"""Availability under hostile load: /ready and small-request latency while clients send maximum-size prompts.
+
+    python benchmarks/hostile_load.py                              # tiny pair, 2 hostile clients, 20 s per phase
+    python benchmarks/hostile_load.py --target T --draft D --json hostile.json
+
+Starts the stack as `specdec up` does (loopback.py). Two phases of --duration seconds each: a baseline,
+then the same with --hostile-clients clients looping chat prompts just under the gateway's 4 MiB body
+limit (max_tokens 4). In both phases one client sends small requests back to back (chat, 4 tokens,
+greedy) and another polls /ready every 0.25 s, as a Kubernetes readiness probe would. Reports /ready
+answers, small-request latency percentiles per phase, and what the hostile requests got. Exit status
+1 when /ready was ever not 200, a small request failed, or a hostile request got anything but 400.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import sys
+import time
+
+import httpx
+from hostile_clients import hostile_failures, oversized_body, oversized_prompts
+from loopback import loopback_stack, percentiles, report
+
+SMALL = {"model": "target", "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 4, "temperature": 0}
+
+
+async def _small_requests(url: str, deadline: float, latencies: list[float], failures: list[str]) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            reply = await client.post("/v1/chat/completions", json=SMALL)
+            latencies.append(time.perf_counter() - started)
+            if reply.status_code != 200:
+                failures.append(f"small request: HTTP {reply.status_code}")
+
+
+async def _probe_ready(url: str, deadline: float, answers: collections.Counter) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=5) as client:
+        while time.monotonic() < deadline:
+            answers[str((await client.get("/ready")).status_code)] += 1
+            await asyncio.sleep(0.25)
+
+
+async def _phase(url: str, duration: float, hostile_clients: int, body: bytes) -> dict:
+    deadline = time.monotonic() + duration
+    latencies, failures, ready, hostile = [], [], collections.Counter(), collections.Counter()
+    tasks = [_small_requests(url, deadline, latencies, failures), _probe_ready(url, deadline, ready)]
+    tasks += [oversized_prompts(url, deadline, hostile, body) for _ in range(hostile_clients)]
+    await asyncio.gather(*tasks)
+    answered = sum(count for outcome, count in hostile.items() if outcome != "oversized_seconds")
+    return {"small_requests": percentiles(latencies), "ready": dict(ready), "hostile": dict(hostile),
+            "hostile_mean_s": round(hostile["oversized_seconds"] / answered, 3) if answered else None,
+            "problems": failures[:10] + [f"/ready answered {status} x{count}" for status, count in ready.items() if status != "200"]
+            + [f"hostile request got {failure}" for failure in hostile_failures(hostile)]}
+
+
+
+
+def run(args: argparse.Namespace) -> dict:
+    body = oversized_body(args.prompt_bytes)
+    with loopback_stack(args.target, args.draft) as services:
+        httpx.post(f"{services.url}/v1/chat/completions", json=SMALL, timeout=120).raise_for_status()  # warm up
+        baseline = asyncio.run(_phase(services.url, args.duration, 0, body))
+        hostile = asyncio.run(_phase(services.url, args.duration, args.hostile_clients, body))
+        sessions_after = services.wait_idle()
+    problems = baseline["problems"] + hostile["problems"] + [f"{name} still holds {count:g} sessions" for name, count in sessions_after.items() if count]
+    return {"prompt_bytes": len(body), "hostile_clients": args.hostile_clients, "duration_s": args.duration,
+            "baseline": baseline, "under_hostile_load": hostile, "sessions_after": sessions_after, "problems": problems, "ok": not problems}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per phase")
+    parser.add_argument("--hostile-clients", type=int, default=2)
+    parser.add_argument("--prompt-bytes", type=int, default=4 * 1024 * 1024 - 4096, help="size of each hostile request body")
+    parser.add_argument("--target", help="target model (default: a tiny random pair, built for the run)")
+    parser.add_argument("--draft", help="draft model (default: the tiny pair's)")
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args(argv)
+    return report(run(args), args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
