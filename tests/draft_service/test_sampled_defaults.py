@@ -25,12 +25,15 @@ def stack(tiny_pair_paths, tmp_path_factory):
     logs = tmp_path_factory.mktemp("sampled-defaults")
     draft_port, verify_port = free_port(), free_port()
     draft = ServiceProcess("draft", ["--draft", str(tiny_pair_paths.draft), "--port", str(draft_port), "--metrics-port", "0"],
-                           logs / "draft.log").start()
+                           logs / "draft.log")
     verify = ServiceProcess("verify", ["--target", str(tiny_pair_paths.target), "--port", str(verify_port), "--metrics-port", "0",
-                                       "--draft-endpoint", f"127.0.0.1:{draft_port}"], logs / "verify.log").start()
+                                       "--draft-endpoint", f"127.0.0.1:{draft_port}"], logs / "verify.log")
     client = VerifyClient(f"127.0.0.1:{verify_port}")
     try:
+        # The documented start order: verify starts once the draft serves, so its first connection
+        # to the draft does not land in gRPC's reconnect backoff (requests would fall back meanwhile).
         for name, process, port in (("draft", draft, draft_port), ("verify", verify, verify_port)):
+            process.start()
             wait_until(lambda: not process.alive() or grpc_serving(port), 90, f"the {name} service serving")
             assert process.alive(), process.output()
         yield client, draft
