@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -33,6 +33,8 @@ from verify_service.requests import VERIFY_MAX_CANDIDATES, check_prompt_size, ge
 from verify_service.responses import generate_response, verify_response
 
 log = logging.getLogger(__name__)
+# The client drafts, so it picks K: the budget stays the fixed cap, never adaptive. NOTE: Verify verifies chains only.
+VERIFY_OVERRIDES = {"num_draft_tokens": VERIFY_MAX_CANDIDATES, "speculative": True, "adaptive_k": False, "tree_branching": 0}
 PREP_WORKERS = 2  # tokenizing and checking requests: off the event loop, and apart from the generation workers
 LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time: short ones always find a free prep worker
 
@@ -74,10 +76,12 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the target model is still loading")
         return self.target
 
-    async def _generation_request(self, options: verify_pb2.GenerationOptions, target: LoadedModel, context, **overrides):
-        """Check the prompt's size (cheap, here), then tokenize and validate in a prep worker."""
+    async def _generation_request(self, options: verify_pb2.GenerationOptions, target: LoadedModel, context,
+                                  overrides: Callable[[], dict]):
+        """Check the prompt's size (cheap, here), then tokenize and validate in a prep worker;
+        `overrides()` gives the request-level fields (refused with the rest)."""
         try:
-            prepare = functools.partial(generation_request, options, target, self.config, **overrides)
+            prepare = functools.partial(generation_request, options, target, self.config, **overrides())
             if check_prompt_size(options, target.max_context, self.max_prompt_chars) < LARGE_PROMPT_CHARS:
                 return await run_in_thread(self.prep, prepare)
             async with self.large_prompts:
@@ -88,7 +92,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     async def Generate(self, request: verify_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
         target = await self._require_target(context)
         async with self.sessions.hold(context):
-            generation = await self._generation_request(request.options, target, context, **generate_overrides(request))
+            generation = await self._generation_request(request.options, target, context, functools.partial(generate_overrides, request))
             drafter = self.drafter.with_deadline(context.time_remaining()) if self.drafter else None
             stats = GenerationStats()
             chunks = SpeculativeGenerator(target, drafter, self.runner, self.load_policy).stream(generation, stats)
@@ -154,9 +158,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     async def _open_verify_session(self, message: verify_pb2.VerifyRequest, target: LoadedModel, context) -> TargetSession:
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "send `open` before any candidate block")
-        # The client drafts, so it picks K: the budget stays the fixed cap, never adaptive.
-        generation = await self._generation_request(message.open.options, target, context, num_draft_tokens=VERIFY_MAX_CANDIDATES, speculative=True,
-                                                    adaptive_k=False, tree_branching=0)  # NOTE: Verify verifies chains only
+        generation = await self._generation_request(message.open.options, target, context, VERIFY_OVERRIDES.copy)
         try:
             return await self._run(TargetSession, target, generation, self.runner)
         except Exception as error:  # noqa: BLE001
