@@ -10,21 +10,20 @@ import argparse
 
 from playwright.sync_api import expect, sync_playwright
 
-PROMPT = ("Summarise in two sentences: Speculative decoding lets a small draft model propose several tokens, "
-          "which a larger target model then checks in one forward pass. When the draft agrees with the target, "
-          "many tokens are accepted at once; when it disagrees, the target's own token is used and nothing is lost.")
+PROMPT = "Here is a function:\n\ndef mean(values):\n    return sum(values) / len(values)\n\nAdd a docstring and handle the empty list."
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://localhost:8000")
     parser.add_argument("--out", default="docs/playground.png")
-    parser.add_argument("--max-tokens", default="80")
+    parser.add_argument("--max-tokens", default="90")
     args = parser.parse_args()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1320, "height": 900}, device_scale_factor=1)
         page.set_default_timeout(300_000)
+        expect.set_options(timeout=300_000)
         page.goto(args.url + "/")
         expect(page.locator("#model option").first).to_be_attached()
         page.fill("#prompt", PROMPT)
@@ -33,7 +32,7 @@ def main() -> None:
         expect(page.locator("#comparison")).to_have_attribute("data-state", "done")
         page.click("#send")
         expect(page.locator("#run")).to_have_attribute("data-state", "done")
-        page.hover("#output .token[data-source='lookup'] >> nth=0")
+        page.hover("#output .token:not([data-source='target']) >> nth=3")  # outlines that token's round
         page.screenshot(path=args.out, full_page=True)
         browser.close()
 

@@ -20,6 +20,7 @@ KEY = "sk-playground-3c9a"
 PROMPT = "Hello! How are you today?"  # the tiny target answers with lookups, draft tokens and its own
 TIMEOUT_MS = 60_000
 SOURCES = {"draft", "lookup", "prediction", "target"}
+expect.set_options(timeout=TIMEOUT_MS)  # generous: the suite shares 2 cores with three services and a browser
 
 
 @pytest.fixture(scope="module")

@@ -151,7 +151,7 @@ async function compare() {
 
 function showVerdict(on, off, exact, seed) {
   const verdict = $("verdict");
-  const speedup = off.stats.seconds > 0 ? `Speculation took ${(on.stats.seconds / off.stats.seconds).toFixed(2)}× the time of target-only decoding. ` : "";
+  const speedup = on.stats.seconds > 0 ? `Speedup with speculation: ${(off.stats.seconds / on.stats.seconds).toFixed(2)}×. ` : "";
   if (!exact) {
     verdict.textContent = `${speedup}Rejection sampling above temperature 0 keeps the distribution, not the sample: `
       + "use temperature 0 or coupled acceptance to compare token for token.";
@@ -181,6 +181,13 @@ async function loadModels() {
   }
 }
 
+/** The prompt box grows with its text, up to the CSS max-height. */
+function fitPrompt() {
+  const prompt = $("prompt");
+  prompt.style.height = "auto";
+  prompt.style.height = `${prompt.scrollHeight + 2}px`;
+}
+
 function start() {
   $("api-key").value = sessionStorage.getItem(KEY_STORAGE) ?? "";
   $("api-key").addEventListener("input", () => {
@@ -188,6 +195,7 @@ function start() {
     else sessionStorage.removeItem(KEY_STORAGE);
   });
   $("api-key").addEventListener("change", loadModels);
+  $("prompt").addEventListener("input", fitPrompt);
   $("prompt").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
