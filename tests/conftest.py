@@ -26,6 +26,18 @@ def default_target_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_ggufs(tiny_pair_paths, tmp_path_factory):
+    """The tiny pair as float32 llama.cpp GGUFs (`.target`, `.draft`), written once."""
+    from types import SimpleNamespace
+
+    from gguf_support import write_llama_gguf
+
+    root = tmp_path_factory.mktemp("tiny-gguf")
+    return SimpleNamespace(target=write_llama_gguf(tiny_pair_paths.target, root / "target-f32.gguf"),
+                           draft=write_llama_gguf(tiny_pair_paths.draft, root / "draft-f32.gguf"))
+
+
+@pytest.fixture(scope="session")
 def tiny_target(tiny_pair_paths):
     from specdec.models import load_model
 
