@@ -205,7 +205,7 @@ def up(args: argparse.Namespace) -> int:
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
                          gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
                          draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny,
-                         num_draft_tokens=args.num_draft_tokens))
+                         num_draft_tokens=args.num_draft_tokens, gguf_threads=args.gguf_threads))
 
 
 def healthcheck(args: argparse.Namespace) -> int:
