@@ -38,6 +38,26 @@ def tiny_ggufs(tiny_pair_paths, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_gguf_target(tiny_ggufs):
+    """The tiny target's own weights, run by llama.cpp: agrees with the target almost everywhere."""
+    from gguf_support import load_draft_gguf
+
+    model = load_draft_gguf(tiny_ggufs.target)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_draft(tiny_ggufs):
+    """The tiny draft (the target's first two layers) run by llama.cpp: a q clearly unlike p."""
+    from gguf_support import load_draft_gguf
+
+    model = load_draft_gguf(tiny_ggufs.draft)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="session")
 def tiny_target(tiny_pair_paths):
     from specdec.models import load_model
 

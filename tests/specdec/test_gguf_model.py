@@ -20,13 +20,6 @@ PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 
 
 @pytest.fixture(scope="module")
-def gguf_target(tiny_ggufs):
-    model = load_draft_gguf(tiny_ggufs.target)
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
 def prompt_ids(tiny_target):
     return tiny_target.tokenizer(PROMPT)["input_ids"]
 
@@ -52,9 +45,9 @@ def _hf_logits(tiny_target, ids: list[int]) -> torch.Tensor:  # [len(ids), vocab
         return tiny_target.model(input_ids=torch.tensor([ids])).logits[0]
 
 
-def test_the_tiny_target_as_gguf_gives_the_hf_logits(gguf_target, tiny_target, prompt_ids):
-    assert gguf_target.vocab_size == tiny_target.vocab_size and gguf_target.max_context == tiny_target.max_context
-    sequence = _sequence(gguf_target)
+def test_the_tiny_target_as_gguf_gives_the_hf_logits(tiny_gguf_target, tiny_target, prompt_ids):
+    assert tiny_gguf_target.vocab_size == tiny_target.vocab_size and tiny_gguf_target.max_context == tiny_target.max_context
+    sequence = _sequence(tiny_gguf_target)
     try:
         logits = sequence.advance(prompt_ids, num_logits=len(prompt_ids))
     finally:
@@ -62,10 +55,10 @@ def test_the_tiny_target_as_gguf_gives_the_hf_logits(gguf_target, tiny_target, p
     assert torch.allclose(logits, _hf_logits(tiny_target, prompt_ids), atol=1e-2)
 
 
-def test_rollback_removes_only_the_rejected_tail(gguf_target, tiny_target, prompt_ids, monkeypatch):
-    counting = _CountingDecode(gguf_target)
-    monkeypatch.setattr(gguf_target, "decode", counting)
-    sequence = _sequence(gguf_target)  # its scheduler calls the counting decode
+def test_rollback_removes_only_the_rejected_tail(tiny_gguf_target, tiny_target, prompt_ids, monkeypatch):
+    counting = _CountingDecode(tiny_gguf_target)
+    monkeypatch.setattr(tiny_gguf_target, "decode", counting)
+    sequence = _sequence(tiny_gguf_target)  # its scheduler calls the counting decode
     try:
         sequence.advance(prompt_ids)
         sequence.advance([*prompt_ids, 7, 8, 9])  # three candidates drafted
@@ -77,12 +70,12 @@ def test_rollback_removes_only_the_rejected_tail(gguf_target, tiny_target, promp
     assert torch.allclose(rolled_back[-1], _hf_logits(tiny_target, [*prompt_ids, 7, 11])[-1], atol=1e-2)
 
 
-def test_sessions_share_passes_and_each_gets_its_own_logits(gguf_target, tiny_target, prompt_ids):
+def test_sessions_share_passes_and_each_gets_its_own_logits(tiny_gguf_target, tiny_target, prompt_ids):
     batch_sizes = []
     options = BatchingOptions(max_batch_size=4, max_wait_s=0.2, on_batch=lambda rows: batch_sizes.append(len(rows)))
     prompts = [prompt_ids[:n] for n in (5, 9, 13)]
-    drafter = GgufDrafter(gguf_target, options)
-    sequences = [GgufSequence(gguf_target, gguf_target.take_seat(64, 1), drafter.scheduler) for _ in prompts]
+    drafter = GgufDrafter(tiny_gguf_target, options)
+    sequences = [GgufSequence(tiny_gguf_target, tiny_gguf_target.take_seat(64, 1), drafter.scheduler) for _ in prompts]
     results: dict[int, torch.Tensor] = {}
 
     def run(index: int) -> None:
@@ -100,15 +93,15 @@ def test_sessions_share_passes_and_each_gets_its_own_logits(gguf_target, tiny_ta
         assert torch.allclose(results[index], _hf_logits(tiny_target, prompt)[-1], atol=1e-2)
 
 
-def test_released_sequences_free_their_id_and_cells(gguf_target):
-    free_before = gguf_target.budget.free_tokens
-    seats = [gguf_target.take_seat(16, timeout_s=1) for _ in range(gguf_target.max_sequences)]
+def test_released_sequences_free_their_id_and_cells(tiny_gguf_target):
+    free_before = tiny_gguf_target.budget.free_tokens
+    seats = [tiny_gguf_target.take_seat(16, timeout_s=1) for _ in range(tiny_gguf_target.max_sequences)]
     with pytest.raises(Exception, match="sequences of the gguf draft are in use"):
-        gguf_target.take_seat(16, timeout_s=0.05)
+        tiny_gguf_target.take_seat(16, timeout_s=0.05)
     for seat in seats:
-        gguf_target.release(seat)
-    assert gguf_target.budget.free_tokens == free_before
-    gguf_target.release(gguf_target.take_seat(16, timeout_s=1))
+        tiny_gguf_target.release(seat)
+    assert tiny_gguf_target.budget.free_tokens == free_before
+    tiny_gguf_target.release(tiny_gguf_target.take_seat(16, timeout_s=1))
 
 
 def test_a_missing_file_is_one_clear_error(tmp_path):

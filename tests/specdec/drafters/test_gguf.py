@@ -25,22 +25,6 @@ GREEDY = SamplingParams(temperature=0)
 
 
 @pytest.fixture(scope="module")
-def target_gguf(tiny_ggufs):
-    """The tiny target's own weights, run by llama.cpp: agrees with the target almost everywhere."""
-    model = load_draft_gguf(tiny_ggufs.target)
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
-def draft_gguf(tiny_ggufs):
-    """The tiny draft (the target's first two layers): a q clearly unlike p, for the rejection test."""
-    model = load_draft_gguf(tiny_ggufs.draft)
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
 def prompt_ids(tiny_target):
     return tiny_target.tokenizer(PROMPT)["input_ids"]
 
@@ -54,14 +38,14 @@ def _run(target, drafter, prompt_ids, **fields):
     return SpeculativeGenerator(target, drafter).generate(request)
 
 
-def test_the_targets_own_gguf_drafts_what_the_target_picks(tiny_target, target_gguf, prompt_ids):
-    result = _run(tiny_target, GgufDrafter(target_gguf), prompt_ids, sampling=GREEDY, num_draft_tokens=4)
+def test_the_targets_own_gguf_drafts_what_the_target_picks(tiny_target, tiny_gguf_target, prompt_ids):
+    result = _run(tiny_target, GgufDrafter(tiny_gguf_target), prompt_ids, sampling=GREEDY, num_draft_tokens=4)
     assert result.token_ids == _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False).token_ids
     assert result.stats.acceptance_rate > 0.9  # the same weights: misaligned positions or a stale cache would show here
 
 
 @pytest.mark.parametrize("num_draft_tokens", [1, 2, 4])
-@pytest.mark.parametrize("which", ["target_gguf", "draft_gguf"])
+@pytest.mark.parametrize("which", ["tiny_gguf_target", "tiny_gguf_draft"])
 def test_greedy_behind_prompt_lookup_equals_the_target_alone(tiny_target, prompt_ids, request, which, num_draft_tokens):
     drafter = _with_lookup(request.getfixturevalue(which))
     result = _run(tiny_target, drafter, prompt_ids, sampling=GREEDY, num_draft_tokens=num_draft_tokens)
@@ -71,19 +55,19 @@ def test_greedy_behind_prompt_lookup_equals_the_target_alone(tiny_target, prompt
 
 @pytest.mark.parametrize("num_draft_tokens", [1, 2, 4])
 @pytest.mark.parametrize("seed", [0, 7])
-def test_coupled_behind_prompt_lookup_equals_the_target_alone_with_the_same_seed(tiny_target, draft_gguf, prompt_ids, seed, num_draft_tokens):
+def test_coupled_behind_prompt_lookup_equals_the_target_alone_with_the_same_seed(tiny_target, tiny_gguf_draft, prompt_ids, seed, num_draft_tokens):
     sampling = SamplingParams(temperature=0.8)
     reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=seed, speculative=False)
-    result = _run(tiny_target, _with_lookup(draft_gguf), prompt_ids, sampling=sampling, seed=seed, acceptance="coupled",
+    result = _run(tiny_target, _with_lookup(tiny_gguf_draft), prompt_ids, sampling=sampling, seed=seed, acceptance="coupled",
                   num_draft_tokens=num_draft_tokens)
     assert result.token_ids == reference.token_ids
     assert result.stats.draft_tokens > 0 and not result.stats.fallback
 
 
-def test_rejection_blocks_carry_the_sparse_q_each_candidate_was_drawn_from(tiny_target, draft_gguf, prompt_ids):
+def test_rejection_blocks_carry_the_sparse_q_each_candidate_was_drawn_from(tiny_target, tiny_gguf_draft, prompt_ids):
     request = DraftRequest(prompt_ids, SamplingParams(temperature=0.9), AcceptanceMode.REJECTION, seed=1, vocab_size=tiny_target.vocab_size,
                            draft_top_k=16)
-    session = GgufDrafter(draft_gguf).open(request)
+    session = GgufDrafter(tiny_gguf_draft).open(request)
     try:
         block = session.propose(4)
     finally:
@@ -94,17 +78,17 @@ def test_rejection_blocks_carry_the_sparse_q_each_candidate_was_drawn_from(tiny_
     assert all(candidate in ids[row].tolist() for row, candidate in enumerate(block.candidate_ids.tolist()))
 
 
-def test_rejection_joint_of_the_first_two_tokens_matches_the_target(tiny_target, draft_gguf, prompt_ids):
-    assert joint_p_value(tiny_target, _with_lookup(draft_gguf), prompt_ids) > 1e-3
+def test_rejection_joint_of_the_first_two_tokens_matches_the_target(tiny_target, tiny_gguf_draft, prompt_ids):
+    assert joint_p_value(tiny_target, _with_lookup(tiny_gguf_draft), prompt_ids) > 1e-3
 
 
-def test_negative_control_always_accepting_the_gguf_draft_fails_the_joint_test(tiny_target, draft_gguf, prompt_ids, monkeypatch):
+def test_negative_control_always_accepting_the_gguf_draft_fails_the_joint_test(tiny_target, tiny_gguf_draft, prompt_ids, monkeypatch):
     def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
         bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
         return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
     monkeypatch.setattr(target_session, "rejection_accept", always_accept)
-    assert joint_p_value(tiny_target, GgufDrafter(draft_gguf), prompt_ids) < 1e-3
+    assert joint_p_value(tiny_target, GgufDrafter(tiny_gguf_draft), prompt_ids) < 1e-3
 
 
 def test_a_llama_cpp_failure_mid_request_falls_back_with_the_output_unchanged(tiny_target, tiny_ggufs, prompt_ids, monkeypatch):
