@@ -45,6 +45,12 @@ class DefaultPair:
     target: str
     draft: str
     draft_method: str | None  # None: the config's (a `model` draft)
+    draft_flags: tuple[str, ...] = ()  # on any host
+
+
+# The target's own GGUF agrees with it on 0.98 of greedy tokens; prompt lookup first would only replace
+# better proposals (0.65-0.87 with lookup in front; docs/benchmarks.md).
+_GGUF_PAIR_FLAGS = ("--no-prompt-lookup",)
 
 
 def default_pair_paths(tiny: bool = False) -> DefaultPair:
@@ -62,7 +68,7 @@ def default_pair_paths(tiny: bool = False) -> DefaultPair:
             print("specdec up: llama-cpp-python is not installed, so the default pair drafts with the distilled draft "
                   "(slower; `pip install 'specdec[llama]'` for the GGUF draft, see the README)", file=sys.stderr)
             return DefaultPair(target, str(DRAFT_DIR), None)
-        return DefaultPair(target, str(default_draft_gguf(models_dir())), "gguf")
+        return DefaultPair(target, str(default_draft_gguf(models_dir())), "gguf", _GGUF_PAIR_FLAGS)
     from specdec.tiny_pair import make_tiny_pair
 
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
@@ -79,11 +85,9 @@ class PairTuning:
     draft_flags: tuple[str, ...]
 
 
-# Chosen by measurement (docs/benchmarks.md, "Default pair: SmolLM2 drafted by its own GGUF"): the
-# same-file draft agrees with the target on 0.98 of greedy tokens, so prompt lookup (0.72 with
-# min n-gram 1) would only replace better proposals; K = 3; one llama.cpp thread leaves the other
-# core to the target.
-GGUF_TUNING = PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1", "--no-prompt-lookup"))
+# Chosen by measurement (docs/benchmarks.md, "Default pair: SmolLM2 drafted by its own GGUF"): K = 3;
+# one llama.cpp thread leaves the other core to the target.
+GGUF_TUNING = PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1",))
 # The distilled draft (issue 7): K = 2 for a looked-up block, 1 from the draft model, single-token matches counted.
 DISTILLED_TUNING = PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
 
@@ -143,28 +147,41 @@ def run_up(plan: UpPlan) -> int:
     return 0
 
 
-def start_all(stack: Stack, plan: UpPlan) -> None:
-    config = ["--config", plan.config_file] if plan.config_file else []
-    target, draft, draft_method = plan.target, plan.draft, plan.draft_method
+@dataclass
+class _DraftSide:
+    target: str | None
+    args: list[str]  # `serve draft` flags
+    num_draft_tokens: int | None  # K for the verify service
+
+
+def _draft_side(plan: UpPlan) -> _DraftSide:
+    """The draft service's flags: the given models, or the default pair with its flags and (on CPU) its tuning."""
+    target, draft, method, flags = plan.target, plan.draft, plan.draft_method, []
     num_draft_tokens = plan.num_draft_tokens
-    tuning = None
     if target is None and plan.config_file is None:
         pair = default_pair_paths(plan.tiny)
         target = pair.target
         if draft is None:
-            draft, draft_method = pair.draft, draft_method or pair.draft_method
-        tuning = None if plan.tiny else default_pair_tuning(draft_method)
-    if tuning is not None and num_draft_tokens is None:
-        num_draft_tokens = tuning.num_draft_tokens
-    draft_args = ["--draft-method", draft_method] if draft_method else []
-    draft_args += list(tuning.draft_flags) if tuning is not None else []
-    draft_args += [f"--gguf-threads={plan.gguf_threads}"] if plan.gguf_threads else []
-    draft_args += [f"--draft={draft}"] if draft else []
+            draft, method, flags = pair.draft, method or pair.draft_method, list(pair.draft_flags)
+        tuning = None if plan.tiny else default_pair_tuning(method)
+        if tuning is not None:
+            flags += tuning.draft_flags
+            num_draft_tokens = num_draft_tokens or tuning.num_draft_tokens
+    args = [*(["--draft-method", method] if method else []), *flags]
+    args += [f"--gguf-threads={plan.gguf_threads}"] if plan.gguf_threads else []
+    args += [f"--draft={draft}"] if draft else []
     # layer_skip drafts with the target's layers; a gguf draft checks its vocabulary against the target's at start.
-    draft_args += [f"--target={target}"] if target and draft_method in ("layer_skip", "gguf") else []
+    args += [f"--target={target}"] if target and method in ("layer_skip", "gguf") else []
     # One host: a small draft on one thread leaves the other cores to the target, and two
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
-    draft_args += ["--cpu-threads", "1"] if plan.config_file is None else []
+    args += ["--cpu-threads", "1"] if plan.config_file is None else []
+    return _DraftSide(target, args, num_draft_tokens)
+
+
+def start_all(stack: Stack, plan: UpPlan) -> None:
+    config = ["--config", plan.config_file] if plan.config_file else []
+    side = _draft_side(plan)
+    target, draft_args, num_draft_tokens = side.target, side.args, side.num_draft_tokens
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--port", str(plan.draft_port), "--metrics-port", str(plan.draft_metrics_port)])
     _wait_grpc("draft", stack, f"localhost:{plan.draft_port}")
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--port", str(plan.verify_port),

@@ -78,11 +78,11 @@ def test_up_with_no_arguments_chats_with_smollm2_drafted_by_its_own_gguf(tmp_pat
         assert status.drafter == "gguf" and status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread_without_lookup(monkeypatch):
+def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1", "--no-prompt-lookup"))
+    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1",))
     # Without llama-cpp-python the distilled draft's tuning: lookup 2 tokens, or 1 from the draft model.
     assert default_pair_tuning(None) == PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -96,7 +96,8 @@ def test_without_llama_cpp_the_default_pair_drafts_with_the_distilled_draft(monk
     from specdec.launcher import default_pair_paths
 
     monkeypatch.setenv("SPECDEC_MODELS_DIR", str(default_target_dir.parent))
-    assert default_pair_paths().draft_method == "gguf"
+    pair = default_pair_paths()
+    assert (pair.draft_method, pair.draft_flags) == ("gguf", ("--no-prompt-lookup",))  # on any host: lookup only lowers its agreement
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "llama_cpp" else real_find_spec(name, *rest))
     pair = default_pair_paths()

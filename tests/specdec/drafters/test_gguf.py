@@ -64,6 +64,13 @@ def test_coupled_behind_prompt_lookup_equals_the_target_alone_with_the_same_seed
     assert result.stats.draft_tokens > 0 and not result.stats.fallback
 
 
+def test_adaptive_k_chooses_k_per_round_and_stays_identical(tiny_target, tiny_gguf_draft, prompt_ids):
+    reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    result = _run(tiny_target, GgufDrafter(tiny_gguf_draft), prompt_ids, sampling=GREEDY, adaptive_k=True, num_draft_tokens=4)
+    assert result.token_ids == reference.token_ids
+    assert result.stats.draft_tokens > 0 and not result.stats.fallback
+
+
 def test_rejection_blocks_carry_the_sparse_q_each_candidate_was_drawn_from(tiny_target, tiny_gguf_draft, prompt_ids):
     request = DraftRequest(prompt_ids, SamplingParams(temperature=0.9), AcceptanceMode.REJECTION, seed=1, vocab_size=tiny_target.vocab_size,
                            draft_top_k=16)
