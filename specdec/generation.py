@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
+from concurrent.futures import Future
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -97,7 +99,7 @@ class SpeculativeGenerator:
         policy = self.load_policy if target.request.speculative else None
         policy_drafting = policy is None or policy.drafting_allowed()
         budget = target.draft_budget() if policy_drafting else 0
-        block = draft.propose(budget)
+        block = draft.propose(budget) if index else _first_block(target, draft, budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
@@ -142,6 +144,30 @@ class SpeculativeGenerator:
             trace.get_current_span().add_event("fallback", {"specdec.reason": str(error)})
             stats.fallback = True
             return None
+
+
+def _first_block(target: TargetSession, draft: _Draft, budget: int) -> DraftBlock:
+    """The first block, with the target caching the prompt meanwhile.
+
+    NOTE: the draft's first block needs its own prompt prefill, as long a pass as the target's for a
+    draft of similar depth (a quantized copy of the target): run side by side, neither waits for the
+    other. The verification pass then feeds only the prompt's last token and the candidates.
+    """
+    if budget <= 0 or draft.session is None:
+        return draft.propose(budget)
+    prefill: Future = Future()
+
+    def run() -> None:
+        try:
+            prefill.set_result(target.prefill())
+        except BaseException as error:  # noqa: BLE001 -- raised below, in the generation's thread
+            prefill.set_exception(error)
+
+    threading.Thread(target=run, name="target-prefill", daemon=True).start()
+    try:
+        return draft.propose(budget)
+    finally:
+        prefill.result()
 
 
 class _Draft:
