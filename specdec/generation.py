@@ -104,7 +104,12 @@ class SpeculativeGenerator:
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
         if policy is not None:
-            policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
+            # NOTE: a session's first round, and its first after the mode changed, carry one-off work: the
+            # prefills, and a draft catching up on the tokens of its plain rounds (for a draft as deep as the
+            # target, as long as a prefill). Only rounds in the mode of the round before measure the mode.
+            if draft.last_mode == policy_drafting:
+                policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
+            draft.last_mode = policy_drafting
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)
@@ -177,6 +182,7 @@ class _Draft:
         self.session = session
         self.stats = stats
         self.span = span
+        self.last_mode: bool | None = None  # whether the load-aware policy let the last round draft
 
     def propose(self, num_tokens: int) -> DraftBlock:
         if self.session is None:

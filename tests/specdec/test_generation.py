@@ -183,6 +183,30 @@ class _FailingDrafter:
         return Session()
 
 
+class _ScriptedPolicy:
+    """A load-aware policy whose mode per round is scripted; it records what the loop measures."""
+
+    def __init__(self, modes: list[bool]) -> None:
+        self.modes, self.recorded = iter(modes), []
+
+    def drafting_allowed(self) -> bool:
+        return next(self.modes)
+
+    def record_round(self, drafting: bool, num_tokens: int, seconds: float) -> None:
+        self.recorded.append(drafting)
+
+
+def test_the_load_policy_measures_only_rounds_in_the_mode_of_the_round_before(tiny_target, drafters, prompt_ids):
+    modes = [True, True, True, False, False, True, True, False]
+    policy = _ScriptedPolicy(modes)
+    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=40, sampling=GREEDY, num_draft_tokens=2, ignore_eos=True)
+    generator = SpeculativeGenerator(tiny_target, drafters["model"], load_policy=policy)
+    for _round in zip(range(len(modes)), generator.stream(request)):
+        pass
+    # A session's first round (prefills) and its first after a switch (a draft catching up) are one-off costs.
+    assert policy.recorded == [True, True, False, True]
+
+
 def test_a_failing_drafter_falls_back_to_target_only_and_completes(tiny_target, drafters, prompt_ids):
     sampling = SamplingParams(temperature=0.9)
     reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=8, speculative=False)
