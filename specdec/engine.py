@@ -6,13 +6,14 @@ import logging
 from collections.abc import Callable
 
 from specdec.batching.packed_forward import model_parts
+from specdec.bundled import BUNDLED_MODELS, bundled_model_path
 from specdec.config import DraftMethod, ModelSection, SpecdecConfig, Verification
 from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
-from specdec.errors import ModelLoadError, SpecdecError
+from specdec.errors import IncompatibleVocabularyError, ModelLoadError, SpecdecError
 from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import TREE_NEEDS_PACKED
-from specdec.models import LoadedModel, check_vocab_compatible, load_model
+from specdec.models import LoadedModel, check_vocab_compatible, load_model, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,9 @@ def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
     if draft is not None:
         check_tree_support(config, draft, "model.draft_path")
     drafter = None
-    if config.speculative.enabled:
+    if config.speculative.enabled and models.draft_method is DraftMethod.GGUF:
+        drafter = with_prompt_lookup(_gguf_drafter(config, target.tokenizer), models)
+    elif config.speculative.enabled:
         drafter = with_prompt_lookup(_DRAFTER_BUILDERS[models.draft_method](target, draft, models), models)
     return SpeculativeGenerator(target, drafter)
 
@@ -56,8 +59,13 @@ def _load_draft(models: ModelSection) -> LoadedModel:
 
 def _load(setting: str, source: str, **options: str | None) -> LoadedModel:
     """load_model, with errors prefixed by the setting (the CLI shows the matching flag)."""
+    return _prefixed(setting, load_model, source, **options)
+
+
+def _prefixed(setting: str, loader, *args, **kwargs):
+    """loader(*args, **kwargs), its ModelLoadError prefixed by the setting that named the file."""
     try:
-        return load_model(source, **options)
+        return loader(*args, **kwargs)
     except ModelLoadError as error:
         raise ModelLoadError(f"{setting}: {error}") from error
 
@@ -75,6 +83,35 @@ def _layer_skip_drafter(target: LoadedModel, _draft: LoadedModel | None, models:
         return layer_skip_drafter(target.model, num_layers)
     except ValueError as error:
         raise SpecdecError(f"model.layer_skip_layers: {error}") from error
+
+
+def _gguf_drafter(config: SpecdecConfig, target_tokenizer=None):  # -> GgufDrafter
+    """The GGUF draft, its vocabulary checked against the target's tokenizer when there is one."""
+    from specdec.drafters.gguf import GgufDrafter, check_gguf_vocabulary
+    from specdec.gguf_model import GgufOptions, default_threads, load_gguf
+
+    models = config.model
+    if not models.draft_path:
+        raise SpecdecError("draft_method=gguf drafts with a .gguf file: set model.draft_path or pass --draft")
+    options = GgufOptions(threads=models.gguf_threads or config.draft_service.cpu_threads or default_threads(),
+                          context_tokens=models.gguf_context_tokens, max_sequences=config.draft_service.max_sessions,
+                          device=models.draft_device)
+    model = _prefixed("model.draft_path", load_gguf, _bundled_or_path(models.draft_path), options)
+    if target_tokenizer is None and models.target_path:
+        target_tokenizer = _prefixed("model.target_path", load_tokenizer, models.target_path)
+    if target_tokenizer is not None:
+        try:
+            check_gguf_vocabulary(model, target_tokenizer, models.target_path)
+        except IncompatibleVocabularyError:
+            model.close()
+            raise
+    else:
+        log.warning("no target configured: the gguf draft's vocabulary is checked per session, by fingerprint")
+    return GgufDrafter(model)
+
+
+def _bundled_or_path(source: str) -> str:
+    return str(bundled_model_path(source)) if source in BUNDLED_MODELS else source
 
 
 def _ngram_drafter(_target: LoadedModel, _draft: LoadedModel | None, _models: ModelSection) -> Drafter:
@@ -97,6 +134,9 @@ def load_draft_side(config: SpecdecConfig) -> tuple[Drafter, LoadedModel | None]
     models = config.model
     if models.draft_method is DraftMethod.NGRAM:
         return NgramDrafter(), None
+    if models.draft_method is DraftMethod.GGUF:
+        drafter = _gguf_drafter(config)
+        return with_prompt_lookup(drafter, models), drafter.model
     if models.draft_method is DraftMethod.MODEL:
         draft = _load_draft(models)
         check_tree_support(config, draft, "model.draft_path")

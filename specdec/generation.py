@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
+from concurrent.futures import Future
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -100,12 +102,17 @@ class SpeculativeGenerator:
         policy = self.load_policy if request.speculative and request.speculation_policy is SpeculationPolicy.AUTO else None
         policy_drafting = policy is None or policy.drafting_allowed()
         budget = target.draft_budget() if policy_drafting else 0
-        block = draft.propose(budget)
+        block = draft.propose(budget) if index else _first_block(target, draft, budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
         if policy is not None:
-            policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
+            # NOTE: a session's first round, and its first after the mode changed, carry one-off work: the
+            # prefills, and a draft catching up on the tokens of its plain rounds (for a draft as deep as the
+            # target, as long as a prefill). Only rounds in the mode of the round before measure the mode.
+            if draft.last_mode == policy_drafting:
+                policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
+            draft.last_mode = policy_drafting
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)
@@ -147,6 +154,30 @@ class SpeculativeGenerator:
             return None
 
 
+def _first_block(target: TargetSession, draft: _Draft, budget: int) -> DraftBlock:
+    """The first block, with the target caching the prompt meanwhile.
+
+    NOTE: the draft's first block needs its own prompt prefill, as long a pass as the target's for a
+    draft of similar depth (a quantized copy of the target): run side by side, neither waits for the
+    other. The verification pass then feeds only the prompt's last token and the candidates.
+    """
+    if budget <= 0 or draft.session is None:
+        return draft.propose(budget)
+    prefill: Future = Future()
+
+    def run() -> None:
+        try:
+            prefill.set_result(target.prefill())
+        except BaseException as error:  # noqa: BLE001 -- raised below, in the generation's thread
+            prefill.set_exception(error)
+
+    threading.Thread(target=run, name="target-prefill", daemon=True).start()
+    try:
+        return draft.propose(budget)
+    finally:
+        prefill.result()
+
+
 class _Draft:
     """A draft session that, once it fails, is closed and replaced by target-only steps."""
 
@@ -154,6 +185,7 @@ class _Draft:
         self.session = session
         self.stats = stats
         self.span = span
+        self.last_mode: bool | None = None  # whether the load-aware policy let the last round draft
 
     def propose(self, num_tokens: int) -> DraftBlock:
         if self.session is None:

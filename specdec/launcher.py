@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -36,45 +37,70 @@ class UpPlan:
     verify_metrics_port: int = 9102
     tiny: bool = False
     num_draft_tokens: int | None = None  # K for the verify service (None: the config's, or the default pair's)
+    gguf_threads: int | None = None  # llama.cpp threads of a gguf draft (None: the default pair's, or the config's)
 
 
-def default_pair_paths(tiny: bool = False) -> tuple[str, str]:
-    """The embedded default pair: SmolLM2-135M-Instruct and its distilled draft (fetched on first use).
+@dataclass(frozen=True)
+class DefaultPair:
+    """What `specdec up` with no arguments serves."""
+
+    target: str
+    draft: str
+    draft_method: str | None  # None: the config's (a `model` draft)
+    draft_flags: tuple[str, ...] = ()  # on any host
+
+
+# The target's own GGUF agrees with it on 0.98 of greedy tokens; prompt lookup first would only replace
+# better proposals (0.65-0.87 with lookup in front; docs/benchmarks.md).
+_GGUF_PAIR_FLAGS = ("--no-prompt-lookup",)
+
+
+def default_pair_paths(tiny: bool = False) -> DefaultPair:
+    """The embedded default pair: SmolLM2-135M-Instruct drafted by its own Q4_1 GGUF through llama.cpp
+    (the distilled draft where llama-cpp-python is not installed), fetched on first use.
 
     `tiny`: the tiny random pair instead (seconds to start; for trying the plumbing), built once
     into the user's cache.
     """
     if not tiny:
-        from specdec.default_models import pair_or_default
+        from specdec.default_models import DRAFT_DIR, default_draft_gguf, ensure_default_target, models_dir
 
-        return pair_or_default()
+        target = str(ensure_default_target(models_dir()))
+        if importlib.util.find_spec("llama_cpp") is None:
+            print("specdec up: llama-cpp-python is not installed, so the default pair drafts with the distilled draft "
+                  "(slower; `pip install 'specdec[llama]'` for the GGUF draft, see the README)", file=sys.stderr)
+            return DefaultPair(target, str(DRAFT_DIR), None)
+        return DefaultPair(target, str(default_draft_gguf(models_dir())), "gguf", _GGUF_PAIR_FLAGS)
     from specdec.tiny_pair import make_tiny_pair
 
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
     if not (root / "target" / "config.json").is_file() or not (root / "draft" / "config.json").is_file():
         make_tiny_pair(root)
-    return str(root / "target"), str(root / "draft")
+    return DefaultPair(str(root / "target"), str(root / "draft"), None)
 
 
 @dataclass(frozen=True)
 class PairTuning:
-    """How the default pair drafts on a CPU-only host (docs/benchmarks.md): the target scores 2 tokens for
-    the price of 1 but 4 cost 1.5x, so K = 2 for a looked-up block (free to draft) and 1 from the
-    draft model, with single-token lookup matches counted (fewer draft-model passes on shared cores)."""
+    """How the default pair drafts on a CPU-only host: K per round and the draft service's flags."""
 
-    num_draft_tokens: int = 2
-    model_draft_tokens: int = 1
-    prompt_lookup_min_ngram: int = 1
-
-    def draft_flags(self) -> list[str]:
-        return [f"--model-draft-tokens={self.model_draft_tokens}", f"--prompt-lookup-min-ngram={self.prompt_lookup_min_ngram}"]
+    num_draft_tokens: int
+    draft_flags: tuple[str, ...]
 
 
-def default_pair_tuning() -> PairTuning | None:
-    """The CPU tuning of the default pair; None on a GPU host (the configured defaults)."""
+# Chosen by measurement (docs/benchmarks.md, "Default pair: SmolLM2 drafted by its own GGUF"): K = 3;
+# one llama.cpp thread leaves the other core to the target.
+GGUF_TUNING = PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1",))
+# The distilled draft (issue 7): K = 2 for a looked-up block, 1 from the draft model, single-token matches counted.
+DISTILLED_TUNING = PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
+
+
+def default_pair_tuning(draft_method: str | None = "gguf") -> PairTuning | None:
+    """The CPU tuning of the default pair with this draft; None on a GPU host (the configured defaults)."""
     import torch
 
-    return None if torch.cuda.is_available() else PairTuning()
+    if torch.cuda.is_available():
+        return None
+    return GGUF_TUNING if draft_method == "gguf" else DISTILLED_TUNING
 
 
 class Stack:
@@ -123,23 +149,41 @@ def run_up(plan: UpPlan) -> int:
     return 0
 
 
-def start_all(stack: Stack, plan: UpPlan) -> None:
-    config = ["--config", plan.config_file] if plan.config_file else []
-    target, draft = plan.target, plan.draft
+@dataclass
+class _DraftSide:
+    target: str | None
+    args: list[str]  # `serve draft` flags
+    num_draft_tokens: int | None  # K for the verify service
+
+
+def _draft_side(plan: UpPlan) -> _DraftSide:
+    """The draft service's flags: the given models, or the default pair with its flags and (on CPU) its tuning."""
+    target, draft, method, flags = plan.target, plan.draft, plan.draft_method, []
     num_draft_tokens = plan.num_draft_tokens
-    tuning = None
     if target is None and plan.config_file is None:
-        target, draft = default_pair_paths(plan.tiny)
-        tuning = None if plan.tiny else default_pair_tuning()
-    if tuning is not None and num_draft_tokens is None:
-        num_draft_tokens = tuning.num_draft_tokens
-    draft_args = ["--draft-method", plan.draft_method] if plan.draft_method else []
-    draft_args += tuning.draft_flags() if tuning is not None else []
-    draft_args += [f"--draft={draft}"] if draft else []
-    draft_args += [f"--target={target}"] if target and plan.draft_method == "layer_skip" else []
+        pair = default_pair_paths(plan.tiny)
+        target = pair.target
+        if draft is None:
+            draft, method, flags = pair.draft, method or pair.draft_method, list(pair.draft_flags)
+        tuning = None if plan.tiny else default_pair_tuning(method)
+        if tuning is not None:
+            flags += tuning.draft_flags
+            num_draft_tokens = num_draft_tokens or tuning.num_draft_tokens
+    args = [*(["--draft-method", method] if method else []), *flags]
+    args += [f"--gguf-threads={plan.gguf_threads}"] if plan.gguf_threads else []
+    args += [f"--draft={draft}"] if draft else []
+    # layer_skip drafts with the target's layers; a gguf draft checks its vocabulary against the target's at start.
+    args += [f"--target={target}"] if target and method in ("layer_skip", "gguf") else []
     # One host: a small draft on one thread leaves the other cores to the target, and two
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
-    draft_args += ["--cpu-threads", "1"] if plan.config_file is None else []
+    args += ["--cpu-threads", "1"] if plan.config_file is None else []
+    return _DraftSide(target, args, num_draft_tokens)
+
+
+def start_all(stack: Stack, plan: UpPlan) -> None:
+    config = ["--config", plan.config_file] if plan.config_file else []
+    side = _draft_side(plan)
+    target, draft_args, num_draft_tokens = side.target, side.args, side.num_draft_tokens
     # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
                           "--metrics-port", str(plan.draft_metrics_port)])

@@ -95,6 +95,8 @@ def _draft_footprint(config: SpecdecConfig) -> ModelFootprint | None:
     models = config.model
     if not config.speculative.enabled or models.draft_method is DraftMethod.NGRAM:
         return None
+    if models.draft_method is DraftMethod.GGUF:
+        return _gguf_footprint(models.draft_path, models.draft_device, models.gguf_context_tokens)
     if models.draft_method is DraftMethod.MODEL:
         if not models.draft_path:
             raise SpecdecError("draft_method=model needs model.draft_path")
@@ -102,6 +104,22 @@ def _draft_footprint(config: SpecdecConfig) -> ModelFootprint | None:
     total_layers = _config(models.target_path).num_hidden_layers
     layers = models.layer_skip_layers or max(1, total_layers // 2)
     return footprint("draft", models.target_path, models.draft_device, models.dtype, num_layers=layers)
+
+
+def _gguf_footprint(source: str | None, device: str, context_tokens: int) -> ModelFootprint:
+    """llama.cpp's share: the file's (quantized) weights and an f16 KV cache of `context_tokens` cells for all sessions."""
+    if not source:
+        raise SpecdecError("draft_method=gguf needs model.draft_path")
+    path = Path(str(bundled_model_path(source)) if source in BUNDLED_MODELS else source).expanduser()
+    if not path.is_file():
+        raise SpecdecError(f"GGUF file not found: {source}")
+    config = _config(str(path))
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    kv_per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * 2
+    # NOTE: the cache is allocated whole at start and shared: it counts as one "session" of context_tokens.
+    device = device if device.startswith("cuda") else "cpu"  # auto: judged where it surely is (llama.cpp may offload)
+    return ModelFootprint("draft", source, device, path.stat().st_size, kv_per_token, context_tokens)
 
 
 def _device_bytes(device: str) -> int:

@@ -59,6 +59,9 @@ class LoadedModel:
     def max_context(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 2048))
 
+    def describe_memory(self) -> str:
+        return describe_memory(self)
+
     @property
     def eos_token_ids(self) -> frozenset[int]:
         ids = {self.tokenizer.eos_token_id}
@@ -107,6 +110,15 @@ def load_model(source: str | Path, device: str = "auto", dtype: str = "auto", qu
     return LoadedModel(model=model, tokenizer=tokenizer, source=str(source))
 
 
+def load_tokenizer(source: str | Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of `source` alone (a draft service checking its draft against the target's vocabulary)."""
+    location, kwargs = _locate(str(source))
+    try:
+        return AutoTokenizer.from_pretrained(location, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"could not load the tokenizer of {str(source)!r}: {_summary(error)}") from error
+
+
 def _locate(source: str) -> tuple[str, dict]:
     """Where from_pretrained should look, and with which extra arguments."""
     if source in BUNDLED_MODELS:
@@ -134,19 +146,24 @@ def _summary(error: BaseException) -> str:
 
 def check_vocab_compatible(target: LoadedModel, draft: LoadedModel) -> None:
     """Refuse a draft whose token ids mean something else to the target's tokenizer."""
-    target_vocab, draft_vocab = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
-    differing = [token for token, token_id in draft_vocab.items() if target_vocab.get(token) != token_id]
-    if differing:
-        example = differing[0]
-        raise IncompatibleVocabularyError(
-            f"draft vocabulary is incompatible with the target's: {len(differing)} of the draft's "
-            f"{len(draft_vocab)} tokens have a different id in the target tokenizer "
-            f"(e.g. {example!r}: draft id {draft_vocab[example]}, target id {target_vocab.get(example)})"
-        )
+    draft_vocab = draft.tokenizer.get_vocab()
+    difference = vocab_difference(target.tokenizer.get_vocab(), draft_vocab)
+    if difference:
+        raise IncompatibleVocabularyError(f"draft vocabulary is incompatible with the target's: {difference}")
     if draft.vocab_size > target.vocab_size and len(draft_vocab) > target.vocab_size:
         raise IncompatibleVocabularyError(
             f"draft vocabulary ({len(draft_vocab)} tokens) is larger than the target's logits ({target.vocab_size})"
         )
+
+
+def vocab_difference(target_vocab: dict[str, int], draft_vocab: dict[str, int]) -> str | None:
+    """How the draft's token -> id map disagrees with the target's (None: every draft token has its target id)."""
+    differing = [token for token, token_id in draft_vocab.items() if target_vocab.get(token) != token_id]
+    if not differing:
+        return None
+    example = differing[0]
+    return (f"{len(differing)} of the draft's {len(draft_vocab)} tokens have a different id in the target tokenizer "
+            f"(e.g. {example!r}: draft id {draft_vocab[example]}, target id {target_vocab.get(example)})")
 
 
 def describe_memory(loaded: LoadedModel) -> str:

@@ -26,6 +26,38 @@ def default_target_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_ggufs(tiny_pair_paths, tmp_path_factory):
+    """The tiny pair as float32 llama.cpp GGUFs (`.target`, `.draft`), written once."""
+    from types import SimpleNamespace
+
+    from gguf_support import write_llama_gguf
+
+    root = tmp_path_factory.mktemp("tiny-gguf")
+    return SimpleNamespace(target=write_llama_gguf(tiny_pair_paths.target, root / "target-f32.gguf"),
+                           draft=write_llama_gguf(tiny_pair_paths.draft, root / "draft-f32.gguf"))
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_target(tiny_ggufs):
+    """The tiny target's own weights, run by llama.cpp: agrees with the target almost everywhere."""
+    from gguf_support import load_draft_gguf
+
+    model = load_draft_gguf(tiny_ggufs.target)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_draft(tiny_ggufs):
+    """The tiny draft (the target's first two layers) run by llama.cpp: a q clearly unlike p."""
+    from gguf_support import load_draft_gguf
+
+    model = load_draft_gguf(tiny_ggufs.draft)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="session")
 def tiny_target(tiny_pair_paths):
     from specdec.models import load_model
 

@@ -23,7 +23,7 @@ from specdec.tree import TreeShape
 
 # Draft randomness must be independent of the verifier's: derive its seed from the request's.
 _DRAFT_SEED_SALT = 0x5DEECE66D
-_INITIAL_DRAFT_ROOM = 128
+INITIAL_DRAFT_ROOM = 128
 
 
 class ModelDrafter:
@@ -36,7 +36,7 @@ class ModelDrafter:
 
     def open(self, request: DraftRequest) -> ModelDraftSession:
         # The draft is not told max_tokens: start with room for the prompt and a few rounds, grow on demand.
-        return ModelDraftSession(self.runner.open_sequence(len(request.prompt_ids) + _INITIAL_DRAFT_ROOM), request)
+        return ModelDraftSession(self.runner.open_sequence(len(request.prompt_ids) + INITIAL_DRAFT_ROOM), request)
 
     def batched(self, options: BatchingOptions) -> ModelDrafter:
         return ModelDrafter(self.model, self.name, default_runner(self.model, options))

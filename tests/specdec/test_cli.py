@@ -45,19 +45,22 @@ def _run_cli(args: tuple[str, ...]) -> Run:
 
 
 @pytest.fixture(scope="module")
-def work_dir(tmp_path_factory, tiny_pair_paths, foreign_tokenizer) -> Path:
+def work_dir(tmp_path_factory, tiny_pair_paths, foreign_tokenizer, tiny_ggufs) -> Path:
     root = tmp_path_factory.mktemp("cli")
     (root / "seed.yaml").write_text(SEED_YAML)
-    shutil.copytree(tiny_pair_paths.draft, root / "foreign-draft")
-    foreign_tokenizer.save_pretrained(root / "foreign-draft")
+    for name, model in (("foreign-draft", tiny_pair_paths.draft), ("foreign-target", tiny_pair_paths.target)):
+        shutil.copytree(model, root / name)
+        foreign_tokenizer.save_pretrained(root / name)
+    (root / "truncated.gguf").write_bytes(tiny_ggufs.draft.read_bytes()[:4096])
     (root / "empty-model").mkdir()  # what an empty model mount looks like
     return root
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_pair_paths, work_dir) -> dict[str, Run]:
+def runs(tiny_pair_paths, work_dir, tiny_ggufs) -> dict[str, Run]:
     target, draft = str(tiny_pair_paths.target), str(tiny_pair_paths.draft)
     with_target = (*GENERATE, "--target", target)
+    gguf = ("--draft-method", "gguf", "--gguf-threads", "1")
     commands = {
         "make_tiny_pair": ("make-tiny-pair", str(work_dir / "pair")),
         "model_json": (*with_target, "--draft", draft, "--json"),
@@ -78,6 +81,10 @@ def runs(tiny_pair_paths, work_dir) -> dict[str, Run]:
         "serve_draft_missing": ("serve", "draft", "--draft", "/nonexistent/draft", "--port", "0", "--metrics-port", "0"),
         "serve_verify_empty_target": ("serve", "verify", "--target", str(work_dir / "empty-model"), "--no-draft",
                                       "--port", "0", "--metrics-port", "0"),
+        "gguf_json": (*with_target, *gguf, "--draft", str(tiny_ggufs.draft), "--json"),
+        "gguf_missing": (*with_target, *gguf, "--draft", str(work_dir / "missing.gguf")),
+        "gguf_truncated": (*with_target, *gguf, "--draft", str(work_dir / "truncated.gguf")),
+        "gguf_foreign_target": (*GENERATE, "--target", str(work_dir / "foreign-target"), *gguf, "--draft", str(tiny_ggufs.draft)),
     }
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         return dict(zip(commands, pool.map(_run_cli, commands.values())))
@@ -197,6 +204,19 @@ def test_a_service_whose_model_fails_to_load_ends_with_one_line(runs, name, need
 
 def test_incompatible_draft_vocabulary_is_one_line(runs):
     _one_line_error(runs["foreign_draft"], "incompatible")
+
+
+def test_generate_json_with_a_gguf_draft(runs):
+    assert _json_result(runs["gguf_json"])["stats"]["draft_tokens"] > 0
+
+
+def test_missing_or_truncated_gguf_draft_is_one_line_naming_the_flag(runs, work_dir):
+    _one_line_error(runs["gguf_missing"], "--draft:", "GGUF file not found", str(work_dir / "missing.gguf"))
+    _one_line_error(runs["gguf_truncated"], "--draft:", "llama.cpp could not load", str(work_dir / "truncated.gguf"))
+
+
+def test_gguf_draft_of_another_vocabulary_is_one_line_naming_both_files(runs, work_dir, tiny_ggufs):
+    _one_line_error(runs["gguf_foreign_target"], str(tiny_ggufs.draft), str(work_dir / "foreign-target"))
 
 
 def test_model_draft_method_without_draft_names_the_flag(runs):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from scipy import stats
+from lossless_support import joint_p_value
 
 from specdec import target_session
 from specdec.acceptance import RoundVerdict
@@ -12,10 +12,8 @@ from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import DraftUnavailableError, InvalidRequestError
 from specdec.generation import SpeculativeGenerator
-from specdec.kv_cache import CachedSequence
-from specdec.models import LoadedModel
 from specdec.request import GenerationRequest
-from specdec.sampling import SamplingParams, processed_probs
+from specdec.sampling import SamplingParams
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 GREEDY = SamplingParams(temperature=0)
@@ -70,43 +68,14 @@ def test_spec_off_is_the_coupled_reference_even_for_rejection_requests(tiny_targ
 
 # --- Rejection at temperature 1: the first two tokens follow the target's exact joint law --------
 
-TRIALS = 1500
-JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
-
-
-def _exact_joint(target: LoadedModel, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
-    lm = CachedSequence(target.model)
-    first = processed_probs(lm.advance(prompt_ids)[-1].double(), JOINT_SAMPLING)
-    joint = {}
-    for token in first.nonzero().flatten().tolist():
-        second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), JOINT_SAMPLING)
-        for next_token in second.nonzero().flatten().tolist():
-            joint[(token, next_token)] = float(first[token] * second[next_token])
-    return joint
-
-
-def _joint_p_value(target, drafter, prompt_ids) -> float:
-    expected = _exact_joint(target, prompt_ids)
-    counts = dict.fromkeys(expected, 0)
-    generator = SpeculativeGenerator(target, drafter)
-    for seed in range(TRIALS):
-        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3, ignore_eos=True)
-        pair = tuple(generator.generate(request).token_ids[:2])
-        if pair not in counts:
-            return 0.0  # a pair the target can never produce
-        counts[pair] += 1
-    observed = [counts[pair] for pair in expected]
-    return float(stats.chisquare(observed, [expected[pair] * TRIALS for pair in expected]).pvalue)
-
-
 def test_rejection_joint_of_first_two_tokens_matches_target(tiny_target, tiny_draft, prompt_ids):
-    assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) > 1e-3
+    assert joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) > 1e-3
 
 
 def test_rejection_joint_matches_target_with_lookup_blocks_mixed_in(tiny_target, tiny_draft, prompt_ids):
     # The prompt repeats itself: rounds alternate looked-up (point-mass q) and model blocks.
     drafter = PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1, model_tokens=1))
-    assert _joint_p_value(tiny_target, drafter, prompt_ids) > 1e-3
+    assert joint_p_value(tiny_target, drafter, prompt_ids) > 1e-3
 
 
 def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids, monkeypatch):
@@ -116,7 +85,7 @@ def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_targ
 
     monkeypatch.setattr(target_session, "rejection_accept", always_accept)
     # A draft that is clearly not the target (its upper layers are missing) must be caught.
-    assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) < 1e-3
+    assert joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) < 1e-3
 
 
 # --- Acceptance bookkeeping ------------------------------------------------------------------------
@@ -212,6 +181,30 @@ class _FailingDrafter:
                 session.close()
 
         return Session()
+
+
+class _ScriptedPolicy:
+    """A load-aware policy whose mode per round is scripted; it records what the loop measures."""
+
+    def __init__(self, modes: list[bool]) -> None:
+        self.modes, self.recorded = iter(modes), []
+
+    def drafting_allowed(self) -> bool:
+        return next(self.modes)
+
+    def record_round(self, drafting: bool, num_tokens: int, seconds: float) -> None:
+        self.recorded.append(drafting)
+
+
+def test_the_load_policy_measures_only_rounds_in_the_mode_of_the_round_before(tiny_target, drafters, prompt_ids):
+    modes = [True, True, True, False, False, True, True, False]
+    policy = _ScriptedPolicy(modes)
+    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=40, sampling=GREEDY, num_draft_tokens=2, ignore_eos=True)
+    generator = SpeculativeGenerator(tiny_target, drafters["model"], load_policy=policy)
+    for _round in zip(range(len(modes)), generator.stream(request)):
+        pass
+    # A session's first round (prefills) and its first after a switch (a draft catching up) are one-off costs.
+    assert policy.recorded == [True, True, False, True]
 
 
 def test_a_failing_drafter_falls_back_to_target_only_and_completes(tiny_target, drafters, prompt_ids):

@@ -97,7 +97,7 @@ def test_up_with_api_keys_set_comes_up_and_serves_only_with_a_key(tmp_path):
             assert _listening_addresses(ports[flag]) == {"127.0.0.1"}, (flag, _listening_addresses(ports[flag]))
 
 
-def test_up_with_no_arguments_chats_with_smollm2_through_the_distilled_draft(tmp_path, default_target_dir):
+def test_up_with_no_arguments_chats_with_smollm2_drafted_by_its_own_gguf(tmp_path, default_target_dir):
     ports = _ports()
     # The models directory the session fixture converted SmolLM2 into: `specdec up` finds it there.
     with _specdec_up(tmp_path, ports, env={"SPECDEC_MODELS_DIR": str(default_target_dir.parent)}, timeout=300) as banner:
@@ -108,18 +108,34 @@ def test_up_with_no_arguments_chats_with_smollm2_through_the_distilled_draft(tmp
         assert stats["rounds"] > 0 and stats["accepted_tokens"] > 0 and not stats["fallback"]
         with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
             status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
-        assert status.drafter == "prompt_lookup+model"
+        assert status.drafter == "gguf" and status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def test_default_pair_on_a_cpu_host_looks_up_two_tokens_or_drafts_one(monkeypatch):
+def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    tuning = default_pair_tuning()
-    assert tuning == PairTuning(num_draft_tokens=2, model_draft_tokens=1, prompt_lookup_min_ngram=1)
-    assert tuning.draft_flags() == ["--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"]
+    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1",))
+    # Without llama-cpp-python the distilled draft's tuning: lookup 2 tokens, or 1 from the draft model.
+    assert default_pair_tuning(None) == PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert default_pair_tuning() is None  # a GPU host runs the configured defaults
+    assert default_pair_tuning("gguf") is None  # a GPU host runs the configured defaults
+
+
+def test_without_llama_cpp_the_default_pair_drafts_with_the_distilled_draft(monkeypatch, default_target_dir, capsys):
+    import importlib.util
+
+    from specdec.default_models import DRAFT_DIR
+    from specdec.launcher import default_pair_paths
+
+    monkeypatch.setenv("SPECDEC_MODELS_DIR", str(default_target_dir.parent))
+    pair = default_pair_paths()
+    assert (pair.draft_method, pair.draft_flags) == ("gguf", ("--no-prompt-lookup",))  # on any host: lookup only lowers its agreement
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "llama_cpp" else real_find_spec(name, *rest))
+    pair = default_pair_paths()
+    assert (pair.draft, pair.draft_method) == (str(DRAFT_DIR), None)
+    assert "llama-cpp-python is not installed" in capsys.readouterr().err
 
 
 def _read_until(process: subprocess.Popen, marker: str, timeout: float, log) -> str:

@@ -48,3 +48,24 @@ def test_start_up_is_refused_when_one_session_cannot_fit_and_the_fixes_are_named
 
 def test_unreadable_models_are_left_to_the_loader(monkeypatch):
     ensure_fits(SpecdecConfig(model={"target_path": "/nonexistent/model"}), "target")
+
+
+def test_a_gguf_draft_counts_its_file_and_the_shared_llama_cpp_cache(tiny_pair_paths, tiny_ggufs, gguf_kv_bytes_per_token):
+    config = SpecdecConfig(model={"target_path": str(tiny_pair_paths.target), "draft_method": "gguf", "draft_path": str(tiny_ggufs.draft),
+                                  "gguf_context_tokens": 2048})
+    [device] = plan(config)
+    target, draft = device.models
+    assert draft.weight_bytes == tiny_ggufs.draft.stat().st_size
+    assert draft.max_context == 2048  # one cache for every session, allocated at start
+    assert draft.kv_bytes_per_token == gguf_kv_bytes_per_token  # f16, as llama.cpp allocates it
+
+
+@pytest.fixture
+def gguf_kv_bytes_per_token(tiny_ggufs):
+    from gguf_support import load_draft_gguf
+
+    model = load_draft_gguf(tiny_ggufs.draft)
+    try:
+        return model.budget.bytes_per_token
+    finally:
+        model.close()

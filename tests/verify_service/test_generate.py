@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from lossless_support import exact_joint
 from scipy import stats
 
 from specdec.generation import SpeculativeGenerator
@@ -43,17 +44,7 @@ def test_coupled_generate_equals_target_only_with_the_same_seed(verify_client, t
 
 
 def test_rejection_generate_passes_the_two_token_distribution_test(verify_client, tiny_target, prompt_ids):
-    from specdec.kv_cache import CachedSequence
-    from specdec.sampling import processed_probs
-
-    sampling = SamplingParams(temperature=1.0, top_k=4)
-    lm = CachedSequence(tiny_target.model)
-    first = processed_probs(lm.advance(prompt_ids)[-1].double(), sampling)
-    expected = {}
-    for token in first.nonzero().flatten().tolist():
-        second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), sampling)
-        for next_token in second.nonzero().flatten().tolist():
-            expected[(token, next_token)] = float(first[token] * second[next_token])
+    expected = exact_joint(tiny_target, prompt_ids)  # at temperature 1, top-k 4
     trials, counts, drafted = 600, dict.fromkeys(expected, 0), 0
     for seed in range(trials):
         completion = verify_client.generate(prompt_ids, max_tokens=2, temperature=1.0, top_k=4, seed=seed, ignore_eos=True)

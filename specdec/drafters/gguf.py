@@ -1,0 +1,78 @@
+"""A GGUF draft run by llama.cpp, e.g. a quantized copy of the target (draft_method `gguf`).
+
+A quantized copy exists for almost every open model, needs no training and shares the target's
+tokenizer. Sessions are the model drafter's (model.py): q is the top `draft_top_k` of the draft's
+own logits after the request's sampling transforms, so rejection stays exact, and greedy and
+coupled drafting are the same functions. Only the cache differs: a `GgufSequence` is a
+`PrefixCache` over one llama.cpp sequence (gguf_model.py), rolled back by removing the rejected
+tail of its KV cells, with the steps of all sessions batched into one `llama_decode`.
+
+Token trees: a llama.cpp sequence holds a chain, so this drafter proposes chains for tree requests
+too (a chain is a tree of one branch; the verifier accepts it as such).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from specdec.batching import BatchingOptions
+from specdec.batching.scheduler import BatchScheduler
+from specdec.drafters.base import DraftRequest
+from specdec.drafters.model import INITIAL_DRAFT_ROOM, ModelDraftSession
+from specdec.errors import IncompatibleVocabularyError
+from specdec.gguf_model import GgufModel, GgufRow, Seat
+from specdec.kv_cache import PrefixCache
+from specdec.models import vocab_difference
+
+
+class GgufDrafter:
+    name = "gguf"
+
+    def __init__(self, model: GgufModel, options: BatchingOptions | None = None) -> None:
+        self.model = model
+        self.options = options or BatchingOptions()
+        self.scheduler = BatchScheduler(model.decode, self.options.max_batch_size, self.options.max_wait_s, self.options.on_batch)
+
+    def open(self, request: DraftRequest) -> ModelDraftSession:
+        reserve = len(request.prompt_ids) + INITIAL_DRAFT_ROOM
+        sequence = GgufSequence(self.model, self.model.take_seat(reserve, self.options.admission_timeout_s), self.scheduler)
+        return ModelDraftSession(sequence, replace(request, tree=None))
+
+    def batched(self, options: BatchingOptions) -> GgufDrafter:
+        return GgufDrafter(self.model, options)
+
+
+class GgufSequence(PrefixCache):
+    """One session's sequence in the llama.cpp context."""
+
+    def __init__(self, model: GgufModel, seat: Seat, scheduler: BatchScheduler) -> None:
+        super().__init__()
+        self.model = model
+        self.seat = seat
+        self.scheduler = scheduler
+        scheduler.join()
+
+    def _drop(self, num_tokens: int) -> None:
+        pass  # NOTE: the next decode removes this sequence's cells from its row's start on (GgufModel.decode)
+
+    def _feed(self, new_ids: list[int], start: int, num_logits: int) -> torch.Tensor:  # [num_logits, vocab]
+        self.seat.ensure_capacity(start + len(new_ids))
+        return self.scheduler.submit(GgufRow(self.seat, new_ids, start, num_logits))
+
+    def release(self) -> None:
+        if not self.seat.released:
+            self.model.release(self.seat)
+            self.scheduler.leave()
+        self.cached_ids = []
+
+
+def check_gguf_vocabulary(model: GgufModel, target_tokenizer, target_source: str) -> None:
+    """Refuse a GGUF whose token ids mean something else to the target, naming both files."""
+    target_vocab, draft_vocab = target_tokenizer.get_vocab(), model.tokenizer.get_vocab()
+    difference = vocab_difference(target_vocab, draft_vocab)
+    if not difference and len(draft_vocab) != len(target_vocab):
+        difference = f"it has {len(draft_vocab)} tokens, the target's tokenizer {len(target_vocab)}"
+    if difference:
+        raise IncompatibleVocabularyError(f"the GGUF draft {model.source} does not share the vocabulary of the target {target_source}: {difference}")

@@ -1,0 +1,311 @@
+"""A GGUF file run by llama.cpp (llama-cpp-python's C API): one context for every draft session.
+
+Each session owns one llama.cpp sequence id in one context whose KV cache (`kv_unified`) all
+sequences share, so the steps of many sessions run as one `llama_decode`, and the model's weights
+and compute buffers exist once. A session's KV cells are reserved from a `KVBudget` of the
+context's size (waiting up to a timeout at open, doubling as it grows), so a decode never runs out
+of cells halfway.
+
+NOTE: rollback is `llama_memory_seq_rm` of the rejected tail, run by the next decode of that
+sequence (never from another thread: every call into the context holds `_lock`); the prefix is
+never evaluated again.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import functools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specdec.batching.kv_store import KVBudget
+from specdec.errors import CapacityError, DraftUnavailableError, ModelLoadError
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+_BATCH_TOKENS = 512  # tokens per llama_decode call; longer feeds (a prompt) take several
+_ALL_LAYERS = 999  # llama.cpp's "offload every layer"
+_KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is f16
+_DECODE_ERRORS = {1: "no KV cache slot for the batch", 2: "aborted", -1: "invalid batch"}
+_GGML_LOG_ERROR, _GGML_LOG_CONT = 4, 5
+
+
+@dataclass(frozen=True)
+class GgufOptions:
+    threads: int
+    context_tokens: int  # KV cells shared by all sequences
+    max_sequences: int  # sessions open at once
+    device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
+
+
+class GgufVocabulary:
+    """The GGUF's token texts by id, with a tokenizer's `get_vocab()` (for vocabulary fingerprints)."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+
+    def get_vocab(self) -> dict[str, int]:
+        return {token: token_id for token_id, token in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class Seat:
+    """One session's place in the context: a sequence id and its reserved KV cells."""
+
+    def __init__(self, seq_id: int, budget: KVBudget, capacity: int) -> None:
+        self.seq_id = seq_id
+        self.budget = budget
+        self.capacity = capacity
+        self.length = 0  # positions llama.cpp holds for this sequence
+        self.released = False
+
+    def ensure_capacity(self, tokens: int) -> None:
+        if tokens <= self.capacity:
+            return
+        grown = max(tokens, 2 * self.capacity)
+        if not self.budget.try_grow(grown - self.capacity):
+            # The draft cannot go on, but the generation can: verify continues with the target alone.
+            raise DraftUnavailableError(f"the gguf draft's KV cache is full ({self.budget.used_tokens} of {self.budget.capacity_tokens} "
+                                        f"cells in use); raise model.gguf_context_tokens")
+        self.capacity = grown
+
+
+@dataclass
+class GgufRow:
+    """One session's part of a decode: `input_ids` enter its sequence at position `start`."""
+
+    seat: Seat
+    input_ids: list[int]
+    start: int
+    num_logits: int  # logits wanted after the last `num_logits` of `input_ids`
+
+    @property
+    def kv(self) -> Seat:  # what the batch metrics read (a packed row's SessionKV)
+        return self.seat
+
+
+class GgufModel:
+    """A GGUF model and its one llama.cpp context; `decode` runs the rows of many sessions at once."""
+
+    def __init__(self, path: Path, options: GgufOptions) -> None:
+        import llama_cpp
+
+        self.lib = llama_cpp
+        self.source = str(path)
+        self.options = options
+        self.device = torch.device("cpu")  # where the logits land (llama.cpp copies them to host memory)
+        self._lock = threading.Lock()
+        self.model = _load_model(llama_cpp, path, options.device)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.max_context = int(llama_cpp.llama_model_n_ctx_train(self.model))
+        self.tokenizer = GgufVocabulary([_token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
+        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()))
+        self.context = self._new_context()
+        self.memory = llama_cpp.llama_get_memory(self.context)
+        self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
+        self.budget = KVBudget(int(llama_cpp.llama_n_ctx(self.context)), self._kv_bytes_per_token())
+        self._free_seq_ids: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for seq_id in range(self.max_sequences):
+            self._free_seq_ids.put(seq_id)
+
+    def _new_context(self):
+        lib, options = self.lib, self.options
+        params = lib.llama_context_default_params()
+        params.n_ctx = options.context_tokens
+        params.n_batch = params.n_ubatch = _BATCH_TOKENS
+        params.n_seq_max = self.max_sequences
+        params.n_threads = params.n_threads_batch = options.threads
+        params.kv_unified = True  # one pool of cells for every sequence: sessions of any length share it
+        params.no_perf = True
+        _llama_log().begin()
+        context = lib.llama_init_from_model(self.model, params)
+        if context is None:
+            raise ModelLoadError(f"llama.cpp could not create a context of {options.context_tokens} tokens for {self.source}: "
+                                 f"{_llama_log().first_error() or 'see the debug log'}")
+        return context
+
+    def _kv_bytes_per_token(self) -> int:
+        lib = self.lib
+        n_head = max(1, lib.llama_model_n_head(self.model))
+        head_dim = lib.llama_model_n_embd(self.model) // n_head
+        return 2 * lib.llama_model_n_layer(self.model) * lib.llama_model_n_head_kv(self.model) * head_dim * _KV_BYTES_PER_VALUE
+
+    def take_seat(self, reserve_tokens: int, timeout_s: float | None) -> Seat:
+        """A sequence id and `reserve_tokens` KV cells for a new session (waits up to `timeout_s` for both)."""
+        try:
+            seq_id = self._free_seq_ids.get(timeout=timeout_s)
+        except queue.Empty:
+            raise CapacityError(f"all {self.max_sequences} sequences of the gguf draft are in use; retry later") from None
+        try:
+            self.budget.reserve(reserve_tokens, timeout_s, what="the prompt")
+        except BaseException:
+            self._free_seq_ids.put(seq_id)
+            raise
+        return Seat(seq_id, self.budget, reserve_tokens)
+
+    def release(self, seat: Seat) -> None:
+        if seat.released:
+            return
+        seat.released = True
+        with self._lock:
+            self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, 0, -1)
+        self.budget.release(seat.capacity)
+        self._free_seq_ids.put(seat.seq_id)
+
+    def decode(self, rows: list[GgufRow]) -> list[torch.Tensor]:  # per row: [num_logits, vocab]
+        """Feed every row's tokens at its start (after removing its sequence's cells past that start)."""
+        entries = [(index, row.seat.seq_id, row.start + offset, token_id, offset >= len(row.input_ids) - row.num_logits)
+                   for index, row in enumerate(rows) for offset, token_id in enumerate(row.input_ids)]
+        logits: list[list[torch.Tensor]] = [[] for _ in rows]
+        with self._lock:
+            for row in rows:
+                self._truncate(row.seat, row.start)
+            try:
+                for first in range(0, len(entries), _BATCH_TOKENS):
+                    self._decode_chunk(entries[first:first + _BATCH_TOKENS], logits)
+            finally:
+                for row in rows:  # on failure llama.cpp may keep part of the batch: the next decode removes it
+                    row.seat.length = row.start + len(row.input_ids)
+        return [torch.stack(row_logits) for row_logits in logits]
+
+    def _truncate(self, seat: Seat, start: int) -> None:
+        if seat.length > start:
+            if not self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, start, -1):
+                raise DraftUnavailableError(f"llama.cpp cannot roll back sequence {seat.seq_id} of {self.source} to {start} tokens")
+            seat.length = start
+
+    def _decode_chunk(self, entries: Sequence[tuple[int, int, int, int, bool]], logits: list[list[torch.Tensor]]) -> None:
+        batch = self.batch
+        batch.n_tokens = len(entries)
+        for i, (_row, seq_id, position, token_id, wants_logits) in enumerate(entries):
+            batch.token[i] = token_id
+            batch.pos[i] = position
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = wants_logits
+        _llama_log().begin()
+        status = self.lib.llama_decode(self.context, batch)
+        if status != 0:
+            raise DraftUnavailableError(f"llama.cpp could not decode {len(entries)} tokens with {self.source}: llama_decode returned "
+                                        f"{status} ({_DECODE_ERRORS.get(status, 'error')}) {_llama_log().first_error()}".rstrip())
+        for i, (row, *_rest, wants_logits) in enumerate(entries):
+            if wants_logits:
+                pointer = self.lib.llama_get_logits_ith(self.context, i)
+                logits[row].append(torch.from_numpy(np.ctypeslib.as_array(pointer, shape=(self.vocab_size,)).copy()))
+
+    def describe_memory(self) -> str:
+        lib = self.lib
+        size = lib.llama_model_size(self.model)
+        cells = self.budget.capacity_tokens
+        return (f"{size / 2**20:.1f} MiB GGUF weights, {cells} shared KV cells ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
+                f"{self.options.threads} llama.cpp threads, up to {self.max_sequences} sessions")
+
+    def close(self) -> None:
+        with self._lock:
+            if self.context is not None:
+                self.lib.llama_batch_free(self.batch)
+                self.lib.llama_free(self.context)
+                self.lib.llama_model_free(self.model)
+                self.context = None
+
+
+def load_gguf(path: str | Path, options: GgufOptions) -> GgufModel:
+    """Load `path` for drafting; a missing, foreign or corrupt file is one ModelLoadError line."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ModelLoadError(f"GGUF file not found: {path}")
+    with path.open("rb") as file:
+        magic = file.read(len(GGUF_MAGIC))
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes)")
+    try:
+        import llama_cpp  # noqa: F401 -- checked here so a missing install is one clear line
+    except ImportError as error:
+        raise ModelLoadError(f"draft_method gguf needs llama-cpp-python: pip install 'specdec[llama]' ({error})") from error
+    _llama_log()
+    return GgufModel(path, options)
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _load_model(lib, path: Path, device: str):
+    params = lib.llama_model_default_params()
+    params.n_gpu_layers = _gpu_layers(lib, device)
+    if device.startswith("cuda:"):
+        params.main_gpu = int(device.split(":", 1)[1])
+    _llama_log().begin()
+    model = lib.llama_model_load_from_file(str(path).encode(), params)
+    if model is None:
+        raise ModelLoadError(f"llama.cpp could not load {path}: {_llama_log().first_error() or 'not a model it can run'}")
+    return model
+
+
+def _gpu_layers(lib, device: str) -> int:
+    if device == "cpu":
+        return 0
+    supported = bool(lib.llama_supports_gpu_offload())
+    if device == "auto":
+        return _ALL_LAYERS if supported else 0
+    if not supported:
+        raise ModelLoadError(f"model.draft_device {device}: this llama-cpp-python was built without GPU support; reinstall it with "
+                             "CMAKE_ARGS=-DGGML_CUDA=on (see the README), or use draft_device cpu")
+    return _ALL_LAYERS
+
+
+def _token_text(lib, vocab, token_id: int) -> str:
+    return lib.llama_vocab_get_text(vocab, token_id).decode("utf-8", errors="replace")
+
+
+class _LlamaLog:
+    """llama.cpp's log lines, sent to Python logging (debug); its error lines kept for our messages."""
+
+    def __init__(self) -> None:
+        self.errors: collections.deque[str] = collections.deque(maxlen=8)
+        self._line: list[str] = []
+        self._level = 0
+        self.callback = None  # the ctypes callback, kept alive while llama.cpp holds it
+
+    def write(self, level: int, text: bytes, _user_data) -> None:
+        if level != _GGML_LOG_CONT:
+            self._level = level
+        self._line.append(text.decode("utf-8", errors="replace"))
+        if self._line[-1].endswith("\n"):
+            line = "".join(self._line).strip()
+            self._line = []
+            log.debug("llama.cpp: %s", line)
+            if self._level == _GGML_LOG_ERROR and line:
+                self.errors.append(line)
+
+    def begin(self) -> None:
+        """Forget earlier errors: the next `first_error` is about what follows."""
+        self.errors.clear()
+
+    def first_error(self) -> str:
+        """The first error since `begin` (llama.cpp logs the cause first, then each caller's 'failed')."""
+        return self.errors[0] if self.errors else ""
+
+
+@functools.cache
+def _llama_log() -> _LlamaLog:
+    """Route llama.cpp's logging (by default many lines on stderr) once per process."""
+    import llama_cpp
+
+    sink = _LlamaLog()
+    sink.callback = llama_cpp.llama_log_callback(sink.write)
+    llama_cpp.llama_log_set(sink.callback, ctypes.c_void_p(0))
+    return sink

@@ -1,0 +1,40 @@
+"""The rejection test's statistics: the first two tokens of many seeded generations against the target's exact joint law."""
+
+from __future__ import annotations
+
+from scipy import stats
+
+from specdec.generation import SpeculativeGenerator
+from specdec.kv_cache import CachedSequence
+from specdec.models import LoadedModel
+from specdec.request import GenerationRequest
+from specdec.sampling import SamplingParams, processed_probs
+
+TRIALS = 1500
+JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
+
+
+def exact_joint(target: LoadedModel, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
+    lm = CachedSequence(target.model)
+    first = processed_probs(lm.advance(prompt_ids)[-1].double(), JOINT_SAMPLING)
+    joint = {}
+    for token in first.nonzero().flatten().tolist():
+        second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), JOINT_SAMPLING)
+        for next_token in second.nonzero().flatten().tolist():
+            joint[(token, next_token)] = float(first[token] * second[next_token])
+    return joint
+
+
+def joint_p_value(target, drafter, prompt_ids, trials: int = TRIALS) -> float:
+    """Chi-square p-value of the first two tokens over `trials` seeds (0.0 if a pair the target cannot produce appears)."""
+    expected = exact_joint(target, prompt_ids)
+    counts = dict.fromkeys(expected, 0)
+    generator = SpeculativeGenerator(target, drafter)
+    for seed in range(trials):
+        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3, ignore_eos=True)
+        pair = tuple(generator.generate(request).token_ids[:2])
+        if pair not in counts:
+            return 0.0  # a pair the target can never produce
+        counts[pair] += 1
+    observed = [counts[pair] for pair in expected]
+    return float(stats.chisquare(observed, [expected[pair] * trials for pair in expected]).pvalue)
