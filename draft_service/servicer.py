@@ -18,7 +18,7 @@ from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError
 from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
-from specdec.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
+from specdec.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
 from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.tree import TreeShape
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
@@ -106,6 +106,8 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         bad = next((t for t in opening.prompt_ids if not 0 <= t < opening.vocab_size), None)
         if bad is not None:
             raise InvalidRequestError("open.prompt_ids", f"token id {bad} is outside the vocabulary [0, {opening.vocab_size})")
+        penalties = penalties_from_proto(opening.penalties, "open.penalties")
+        penalties.check_vocab(opening.vocab_size, "open.penalties.logit_bias")
         return DraftRequest(
             prompt_ids=list(opening.prompt_ids),
             sampling=sampling_from_proto(opening.sampling, "open.sampling"),
@@ -114,6 +116,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             vocab_size=opening.vocab_size,
             draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
             tree=_tree_shape(opening),
+            penalties=penalties,
         )
 
     def _draft_ahead(self, session: OverlappedDraftSession) -> asyncio.Future | None:

@@ -40,6 +40,7 @@ class Gateway:
         self.metrics.waiting.set_function(lambda: self.admission.waiting)
         self.log_content = config.observability.log_content
         self._model_names: tuple[str, ...] | None = None
+        self._max_model_len: int | None = None
 
     async def start(self) -> None:
         # grpc.aio channels belong to the loop that creates them: this must run on uvicorn's.
@@ -65,10 +66,11 @@ class Gateway:
             source = status.model.rstrip("/")
             names = [self.settings.served_model_name or Path(source).name or source, source]
             self._model_names = tuple(dict.fromkeys(name for name in names if name))
+            self._max_model_len = status.max_context or None
         return self._model_names
 
     async def models(self) -> ModelList:
-        return ModelList(data=[ModelCard(id=(await self.model_names())[0])])
+        return ModelList(data=[ModelCard(id=(await self.model_names())[0], max_model_len=self._max_model_len)])
 
     async def _check_request(self, request: ChatCompletionRequest | CompletionRequest) -> str:
         names = await self.model_names()

@@ -16,6 +16,7 @@ import torch
 
 from specdec.batching import BatchingOptions
 from specdec.enums import AcceptanceMode
+from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams, SparseDistribution
 from specdec.tree import TreeShape, check_root_path, tree_depth
 
@@ -31,6 +32,8 @@ class DraftRequest:
     vocab_size: int  # width of the target's logits; draft q is over the same ids
     draft_top_k: int = 32
     tree: TreeShape | None = None  # verification=tree: the tree a session may propose; None: chains only
+    penalties: Penalties = Penalties()  # the target's transform, applied to q too so more candidates are accepted
+    prediction_ids: tuple[int, ...] = ()  # OpenAI predicted outputs (drafters/prediction.py); empty: none
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class DraftBlock:
     # A token tree (specdec.tree): the parent of each candidate, -1 = after the committed tokens;
     # None: a chain. Tree blocks come only in greedy and coupled modes (draft_probs None).
     tree_parents: list[int] | None = None
+    source: str = "draft"  # who proposed it: "draft" (a drafter), "prediction" (the request's prediction)
 
     def __len__(self) -> int:
         return int(self.candidate_ids.shape[0])
