@@ -129,7 +129,8 @@ class TargetSession:
 def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:
     """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens.
 
-    Chains only, and not with a prediction (whose blocks have their own length): its model counts a round's candidates as one path, which a token tree is not.
+    Chains only: its model counts a round's candidates as one path, which a token tree is not. Not
+    with a prediction either: predicted blocks have their own length (prediction_draft_tokens).
     """
     if not (request.adaptive_k and request.speculative) or request.tree is not None or request.prediction_ids:
         return None

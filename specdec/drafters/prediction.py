@@ -57,10 +57,14 @@ class PredictionSession:
         self.prompt_length = len(request.prompt_ids)
         self.alignment = PredictionAlignment(request.prediction_ids)
         self.sends_q = request.acceptance is AcceptanceMode.REJECTION  # the only rule that reads q
-        # One sequence for every source: the wrapped session's, so its feedback applies to predicted blocks too.
-        self.committed = inner.committed if inner is not None else CommittedSequence(list(request.prompt_ids))
+        self._own = CommittedSequence(list(request.prompt_ids)) if inner is None else None
         self.backoff = _Backoff(settings.max_backoff)
         self.last_predicted = 0  # candidates of the last block that came from the prediction
+
+    @property
+    def committed(self) -> CommittedSequence:
+        # One sequence for every source: the wrapped session's, so its feedback applies to predicted blocks too.
+        return self.inner.committed if self.inner is not None else self._own
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
-from service_support import CHAT, assert_openai_error
+from service_support import CHAT, assert_openai_error, whole_word_bias
 
 MESSAGES = [{"role": "user", "content": "Tell me a story about the river and the market."}]
 PENALTIES = {"presence_penalty": 1.1, "frequency_penalty": 0.7, "logit_bias": {"7": 4.0, "9": -100.0}}
@@ -32,48 +32,52 @@ def test_penalties_change_the_greedy_text_and_speculation_reproduces_it(client):
     assert on.model_extra["speculative"]["draft_tokens"] > 0
 
 
-def test_repetition_penalty_extension_and_coupled_sampling_match_speculation_off(client):
+def test_coupled_sampling_under_penalties_matches_speculation_off(client):
     common = {"max_tokens": 30, "temperature": 0.9, "seed": 77, **PENALTIES}
     off = client.chat.completions.create(model="target", messages=MESSAGES, **common,
                                          extra_body={"repetition_penalty": 1.5, "speculative": {"enabled": False}}).choices[0].message.content
     coupled = client.chat.completions.create(model="target", messages=MESSAGES, **common,
                                              extra_body={"repetition_penalty": 1.5, "speculative": {"acceptance": "coupled"}})
-    assert coupled.choices[0].message.content == off
-    without = client.chat.completions.create(model="target", messages=MESSAGES, **common,
-                                             extra_body={"speculative": {"acceptance": "coupled"}}).choices[0].message.content
-    assert without != off  # the extension really acts
+    assert coupled.choices[0].message.content == off and coupled.model_extra["speculative"]["draft_tokens"] > 0
 
 
-def test_completions_honour_penalties_too(client):
-    common = {"model": "target", "prompt": "Once upon a time", "max_tokens": 20, "temperature": 0}
+def test_completions_honour_penalties_and_the_repetition_penalty_extension(client):
+    common = {"model": "target", "prompt": "The quick brown fox jumps over the lazy dog. The quick brown fox", "max_tokens": 24, "temperature": 0}
     plain = client.completions.create(**common).choices[0].text
-    penalised = client.completions.create(**common, frequency_penalty=2.0, presence_penalty=2.0).choices[0].text
-    assert penalised != plain
+    for fields in ({"frequency_penalty": 2.0, "presence_penalty": 2.0}, {"repetition_penalty": 1.8}):
+        off = client.completions.create(**common, extra_body={**fields, "speculative": {"enabled": False}}).choices[0].text
+        on = client.completions.create(**common, extra_body=fields).choices[0].text
+        assert off != plain and on == off, fields
 
 
 @pytest.fixture(scope="module")
-def reference(client):
-    return _text(client, {"enabled": False}, max_tokens=60, temperature=0)
+def words(tiny_target):
+    """Greedy settings whose output re-tokenizes to itself, so a prediction of it aligns token for token."""
+    return {"max_tokens": 60, "temperature": 0, "logit_bias": {str(token): bias for token, bias in whole_word_bias(tiny_target.tokenizer).items()}}
 
 
-def test_a_prediction_is_lossless_and_reported_in_usage(client, reference):
-    edited = reference.replace(" ", "  ", 2)  # a small edit
-    response = client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=60, temperature=0,
-                                              prediction={"type": "content", "content": edited})
+@pytest.fixture(scope="module")
+def reference(client, words):
+    return _text(client, {"enabled": False}, **words)
+
+
+def test_a_prediction_is_lossless_and_reported_in_usage(client, reference, words):
+    edited = reference.replace(reference.split()[10], "river", 1)  # a small edit
+    response = client.chat.completions.create(model="target", messages=MESSAGES, prediction={"type": "content", "content": edited}, **words)
     assert response.choices[0].message.content == reference
     details = response.usage.completion_tokens_details
-    assert details.accepted_prediction_tokens > 20 and details.rejected_prediction_tokens >= 0
+    assert details.accepted_prediction_tokens >= 40 and details.rejected_prediction_tokens > 0
     stats = response.model_extra["speculative"]
     assert details.accepted_prediction_tokens <= stats["accepted_tokens"]
     assert details.accepted_prediction_tokens + details.rejected_prediction_tokens <= stats["draft_tokens"]
 
 
-def test_a_streamed_prediction_reports_usage_in_the_last_chunk(client, reference):
-    chunks = list(client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=60, temperature=0, stream=True,
-                                                 stream_options={"include_usage": True},
-                                                 prediction={"type": "content", "content": [{"type": "text", "text": reference}]}))
+def test_a_streamed_prediction_reports_usage_in_the_last_chunk(client, reference, words):
+    chunks = list(client.chat.completions.create(model="target", messages=MESSAGES, stream=True, stream_options={"include_usage": True},
+                                                 prediction={"type": "content", "content": [{"type": "text", "text": reference}]}, **words))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == reference
-    assert chunks[-1].usage.completion_tokens_details.accepted_prediction_tokens > 20
+    details = chunks[-1].usage.completion_tokens_details
+    assert details.accepted_prediction_tokens >= 50 and details.rejected_prediction_tokens == 0
 
 
 def test_without_a_prediction_the_details_are_zero(client):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from service_support import whole_word_bias
 
 from specdec.client import VerifyClient
 from specdec.drafters import ModelDrafter
@@ -29,12 +30,18 @@ def test_coupled_penalties_match_speculation_off(verify_client):
     assert coupled.token_ids == off.token_ids and coupled.summary.draft_tokens > 0
 
 
-def test_the_draft_service_applies_the_penalties_to_its_q(make_draft_server, make_verify_server, tiny_target):
-    # The draft is the target itself: every candidate is accepted only if Propose carried the penalties.
+@pytest.fixture
+def self_drafting_client(make_draft_server, make_verify_server, tiny_target):
+    """A verify service whose draft service drafts with the target itself: a draft in sync with the
+    committed tokens (and the request's penalties) is then accepted every time."""
     draft = make_draft_server(ModelDrafter(tiny_target.model), tiny_target)
     verify = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}")
     with VerifyClient(f"127.0.0.1:{verify.port}") as client:
-        result = client.generate(PROMPT, max_tokens=30, temperature=0.0, ignore_eos=True, **PENALTIES)
+        yield client
+
+
+def test_the_draft_service_applies_the_penalties_to_its_q(self_drafting_client):
+    result = self_drafting_client.generate(PROMPT, max_tokens=30, temperature=0.0, ignore_eos=True, **PENALTIES)
     assert result.summary.draft_tokens > 0 and result.summary.acceptance_rate == 1.0
 
 
@@ -54,31 +61,42 @@ def test_penalties_out_of_range_are_invalid_argument_naming_them(verify_client, 
 
 
 @pytest.fixture(scope="module")
-def reference(verify_client):
-    return verify_client.generate(PROMPT, speculative=False, max_tokens=60, temperature=0.0, ignore_eos=True)
+def words(tiny_target):
+    """Greedy settings whose output re-tokenizes to itself (see whole_word_bias)."""
+    return {"max_tokens": 60, "temperature": 0.0, "ignore_eos": True, "logit_bias": whole_word_bias(tiny_target.tokenizer)}
 
 
-def test_an_exact_prediction_is_accepted_and_reported(verify_client, reference):
-    result = verify_client.generate(PROMPT, max_tokens=60, temperature=0.0, ignore_eos=True, prediction=reference.text)
+@pytest.fixture(scope="module")
+def reference(verify_client, words):
+    return verify_client.generate(PROMPT, speculative=False, **words)
+
+
+def test_an_exact_prediction_is_accepted_and_reported(verify_client, reference, words):
+    result = verify_client.generate(PROMPT, prediction=reference.text, **words)
     assert result.token_ids == reference.token_ids
-    usage = result.usage
-    assert usage.accepted_prediction_tokens >= 60 - result.summary.rounds - 2 and usage.rejected_prediction_tokens <= 2
-    assert result.summary.rounds <= 8  # blocks of up to 16 predicted tokens, not K=5 drafted ones
+    usage, summary = result.usage, result.summary
+    # Every token but the one the target adds after each block was predicted and kept.
+    assert usage.accepted_prediction_tokens == 60 - summary.rounds and usage.rejected_prediction_tokens == 0
+    assert summary.rounds <= 4  # blocks of up to 16 predicted tokens, not K=5 drafted ones
 
 
-def test_a_prediction_that_runs_out_hands_over_to_the_draft_service_mid_request(verify_client, reference):
-    # The draft stream opens only after predicted rounds: it must catch up on the tokens committed meanwhile.
+def test_a_prediction_that_runs_out_hands_over_to_the_draft_service_mid_request(self_drafting_client, reference, words):
+    # The draft stream opens only after the predicted rounds: it must catch up on the tokens committed
+    # meanwhile, or its blocks (the target's own choices after another sequence) would be rejected.
     head = reference.text[: len(reference.text) // 2]
-    result = verify_client.generate(PROMPT, max_tokens=60, temperature=0.0, ignore_eos=True, prediction=head + " zzz qqq")
+    result = self_drafting_client.generate(PROMPT, prediction=head, **words)
     assert result.token_ids == reference.token_ids
-    assert not result.summary.fallback
-    assert result.usage.accepted_prediction_tokens > 10
-    assert result.summary.draft_tokens > result.usage.accepted_prediction_tokens + result.usage.rejected_prediction_tokens
+    summary, usage = result.summary, result.usage
+    assert not summary.fallback and usage.accepted_prediction_tokens >= 20
+    predicted = usage.accepted_prediction_tokens + usage.rejected_prediction_tokens
+    drafted = summary.draft_tokens - predicted  # by the draft service
+    assert drafted > 0 and summary.accepted_tokens - usage.accepted_prediction_tokens == drafted
 
 
-def test_coupled_with_a_prediction_matches_speculation_off(verify_client):
-    common = {"max_tokens": 40, "temperature": 0.8, "seed": 3, "ignore_eos": True}
+def test_coupled_with_an_edited_prediction_matches_speculation_off(verify_client, words):
+    common = {**words, "max_tokens": 40, "temperature": 0.8, "seed": 3}
     off = verify_client.generate(PROMPT, speculative=False, **common)
-    edited = off.text.replace(" ", "  ", 3)
+    edited = off.text.replace(off.text.split()[5], "river", 1)
     result = verify_client.generate(PROMPT, acceptance="coupled", prediction=edited, **common)
-    assert result.token_ids == off.token_ids and result.usage.accepted_prediction_tokens > 0
+    assert result.token_ids == off.token_ids
+    assert result.usage.accepted_prediction_tokens >= 20 and result.usage.rejected_prediction_tokens > 0
