@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import yaml
@@ -217,8 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
     for result in results:
         print(yaml.safe_dump({k: v for k, v in result.items() if k != "output"}, sort_keys=False))
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as file:
-            json.dump(report, file, indent=1)
+        Path(args.out).write_text(json.dumps(report, indent=1), encoding="utf-8")
     return report
 
 

@@ -4,41 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation_support import exact_joint
+from generation_support import run as _run
 from scipy import stats
 
 from specdec import target_session
 from specdec.acceptance import RoundVerdict
-from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.drafters import ModelDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import DraftUnavailableError, InvalidRequestError
 from specdec.generation import SpeculativeGenerator
-from specdec.kv_cache import CachedSequence
-from specdec.models import LoadedModel
 from specdec.request import GenerationRequest
-from specdec.sampling import SamplingParams, processed_probs
+from specdec.sampling import SamplingParams
 
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 GREEDY = SamplingParams(temperature=0)
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tiny_target):
-    return tiny_target.tokenizer(PROMPT)["input_ids"]
-
-
-@pytest.fixture(scope="module")
-def drafters(tiny_target, tiny_draft):
-    return {
-        "model": ModelDrafter(tiny_draft.model),
-        "layer_skip": layer_skip_drafter(tiny_target.model, 2),
-        "ngram": NgramDrafter(),
-        "lookup+model": PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1, model_tokens=2)),
-    }
-
-
-def _run(target, drafter, prompt_ids, **fields):
-    request = GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 40, "ignore_eos": True, **fields})
-    return SpeculativeGenerator(target, drafter).generate(request)
 
 
 @pytest.mark.parametrize("method", ["model", "layer_skip", "ngram", "lookup+model"])
@@ -74,19 +53,8 @@ TRIALS = 1500
 JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
 
 
-def _exact_joint(target: LoadedModel, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
-    lm = CachedSequence(target.model)
-    first = processed_probs(lm.advance(prompt_ids)[-1].double(), JOINT_SAMPLING)
-    joint = {}
-    for token in first.nonzero().flatten().tolist():
-        second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), JOINT_SAMPLING)
-        for next_token in second.nonzero().flatten().tolist():
-            joint[(token, next_token)] = float(first[token] * second[next_token])
-    return joint
-
-
 def _joint_p_value(target, drafter, prompt_ids) -> float:
-    expected = _exact_joint(target, prompt_ids)
+    expected = exact_joint(target, prompt_ids, JOINT_SAMPLING)
     counts = dict.fromkeys(expected, 0)
     generator = SpeculativeGenerator(target, drafter)
     for seed in range(TRIALS):

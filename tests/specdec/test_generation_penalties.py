@@ -4,19 +4,17 @@ greedy / coupled stay token-identical to speculation off, rejection stays exact,
 from __future__ import annotations
 
 import pytest
-import torch
+from generation_support import exact_joint, run
 from scipy import stats
 
-from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
-from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
+from specdec.drafters import ModelDrafter
 from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import CachedSequence
 from specdec.penalties import LogitsTransform, Penalties
 from specdec.request import GenerationRequest
-from specdec.sampling import SamplingParams, processed_probs
+from specdec.sampling import SamplingParams
 from specdec.target_session import TargetSession
 
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 GREEDY = SamplingParams(temperature=0)
 SETTINGS = {
     "presence": Penalties(presence_penalty=1.5),
@@ -26,44 +24,24 @@ SETTINGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def prompt_ids(tiny_target):
-    return tiny_target.tokenizer(PROMPT)["input_ids"]
-
-
-@pytest.fixture(scope="module")
-def drafters(tiny_target, tiny_draft):
-    return {
-        "model": ModelDrafter(tiny_draft.model),
-        "layer_skip": layer_skip_drafter(tiny_target.model, 2),
-        "ngram": NgramDrafter(),
-        "lookup+model": PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1, model_tokens=2)),
-    }
-
-
-def _run(target, drafter, prompt_ids, **fields):
-    request = GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 40, "ignore_eos": True, **fields})
-    return SpeculativeGenerator(target, drafter).generate(request)
-
-
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_penalties_change_greedy_output_and_speculation_reproduces_it(tiny_target, drafters, prompt_ids, setting):
     penalties = SETTINGS[setting]
-    plain = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
-    reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False, penalties=penalties)
+    plain = run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    reference = run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False, penalties=penalties)
     assert reference.token_ids != plain.token_ids  # the penalties really act
     for name, drafter in drafters.items():
-        result = _run(tiny_target, drafter, prompt_ids, sampling=GREEDY, penalties=penalties, num_draft_tokens=4)
+        result = run(tiny_target, drafter, prompt_ids, sampling=GREEDY, penalties=penalties, num_draft_tokens=4)
         assert result.token_ids == reference.token_ids, name
         assert result.stats.draft_tokens > 0
 
 
 def test_logit_bias_minus_100_bans_a_token_and_plus_100_forces_it(tiny_target, drafters, prompt_ids):
-    plain = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    plain = run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
     banned = plain.token_ids[0]
-    result = _run(tiny_target, drafters["model"], prompt_ids, sampling=GREEDY, penalties=Penalties(logit_bias={banned: -100.0}))
+    result = run(tiny_target, drafters["model"], prompt_ids, sampling=GREEDY, penalties=Penalties(logit_bias={banned: -100.0}))
     assert banned not in result.token_ids
-    forced = _run(tiny_target, drafters["model"], prompt_ids, sampling=SamplingParams(temperature=1.0), seed=3,
+    forced = run(tiny_target, drafters["model"], prompt_ids, sampling=SamplingParams(temperature=1.0), seed=3,
                   penalties=Penalties(logit_bias={11: 100.0}), max_tokens=8)
     assert forced.token_ids == [11] * 8
 
@@ -72,24 +50,24 @@ def test_logit_bias_minus_100_bans_a_token_and_plus_100_forces_it(tiny_target, d
 @pytest.mark.parametrize("setting", ["frequency", "all"])
 def test_coupled_under_penalties_is_token_identical_to_target_only(tiny_target, drafters, prompt_ids, setting, seed):
     common = {"sampling": SamplingParams(temperature=0.9, top_k=20), "seed": seed, "penalties": SETTINGS[setting]}
-    reference = _run(tiny_target, None, prompt_ids, speculative=False, **common)
-    assert reference.token_ids != _run(tiny_target, None, prompt_ids, speculative=False, **{**common, "penalties": Penalties()}).token_ids
+    reference = run(tiny_target, None, prompt_ids, speculative=False, **common)
+    assert reference.token_ids != run(tiny_target, None, prompt_ids, speculative=False, **{**common, "penalties": Penalties()}).token_ids
     for name, drafter in drafters.items():
-        assert _run(tiny_target, drafter, prompt_ids, acceptance="coupled", **common).token_ids == reference.token_ids, name
+        assert run(tiny_target, drafter, prompt_ids, acceptance="coupled", **common).token_ids == reference.token_ids, name
 
 
 @pytest.mark.parametrize("acceptance,sampling", [("greedy", GREEDY), ("coupled", SamplingParams(temperature=0.8))])
 def test_tree_verification_under_penalties_applies_each_node_s_root_path(tiny_target, tiny_draft, prompt_ids, acceptance, sampling):
     penalties = SETTINGS["all"]
-    reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=5, speculative=False, penalties=penalties)
-    result = _run(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, sampling=sampling, seed=5, penalties=penalties,
+    reference = run(tiny_target, None, prompt_ids, sampling=sampling, seed=5, speculative=False, penalties=penalties)
+    result = run(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, sampling=sampling, seed=5, penalties=penalties,
                   acceptance=acceptance, tree_branching=2, tree_nodes=10, num_draft_tokens=4)
     assert result.token_ids == reference.token_ids and result.stats.draft_tokens > 0
 
 
 def test_a_draft_equal_to_the_target_is_always_accepted_under_penalties(tiny_target, prompt_ids):
     # The drafter applies the same transform to its q: a draft that is the target agrees everywhere.
-    result = _run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=GREEDY, penalties=SETTINGS["all"])
+    result = run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=GREEDY, penalties=SETTINGS["all"])
     assert result.stats.acceptance_rate == 1.0
 
 
@@ -101,24 +79,8 @@ JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
 JOINT_PENALTIES = Penalties(presence_penalty=2.0, repetition_penalty=1.5)
 
 
-def _penalised_probs(target, transform, sequence) -> torch.Tensor:  # [vocab]
-    logits = CachedSequence(target.model).advance(sequence)[-1:].double()
-    return processed_probs(transform(logits, sequence)[0], JOINT_SAMPLING)
-
-
-def _exact_joint(target, prompt_ids, penalties) -> dict[tuple[int, int], float]:
-    transform = LogitsTransform(penalties, prompt_ids, target.vocab_size)
-    first = _penalised_probs(target, transform, prompt_ids)
-    joint = {}
-    for token in first.nonzero().flatten().tolist():
-        second = _penalised_probs(target, transform, [*prompt_ids, token])
-        for next_token in second.nonzero().flatten().tolist():
-            joint[(token, next_token)] = float(first[token] * second[next_token])
-    return joint
-
-
 def _joint_p_value(target, drafter, prompt_ids, penalties, trials: int = TRIALS) -> float:
-    expected = _exact_joint(target, prompt_ids, penalties)
+    expected = exact_joint(target, prompt_ids, JOINT_SAMPLING, LogitsTransform(penalties, prompt_ids, target.vocab_size))
     counts = dict.fromkeys(expected, 0)
     generator = SpeculativeGenerator(target, drafter)
     for seed in range(trials):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation_support import exact_joint
 from scipy import stats
 
 from specdec.drafters import ModelDrafter
@@ -12,9 +13,8 @@ from specdec.drafters.prediction import PREDICTION_SOURCE, PredictionAlignment, 
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.enums import AcceptanceMode
 from specdec.generation import SpeculativeGenerator
-from specdec.kv_cache import CachedSequence
 from specdec.request import GenerationRequest
-from specdec.sampling import SamplingParams, processed_probs
+from specdec.sampling import SamplingParams
 
 PREDICTION = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
 GREEDY = SamplingParams(temperature=0)
@@ -97,14 +97,6 @@ def test_after_a_failed_prediction_the_wrapped_drafter_gets_backed_off_rounds(ti
 
 # --- Through the speculative loop on the tiny pair -----------------------------------------------
 
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tiny_target):
-    return tiny_target.tokenizer(PROMPT)["input_ids"]
-
-
 def _run(target, drafter, prompt_ids, **fields):
     request = GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 48, "ignore_eos": True, **fields})
     return SpeculativeGenerator(target, drafter).generate(request)
@@ -179,19 +171,8 @@ TRIALS = 1500
 JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
 
 
-def _exact_joint(target, prompt_ids) -> dict[tuple[int, int], float]:
-    lm = CachedSequence(target.model)
-    first = processed_probs(lm.advance(prompt_ids)[-1].double(), JOINT_SAMPLING)
-    joint = {}
-    for token in first.nonzero().flatten().tolist():
-        second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), JOINT_SAMPLING)
-        for next_token in second.nonzero().flatten().tolist():
-            joint[(token, next_token)] = float(first[token] * second[next_token])
-    return joint
-
-
 def test_rejection_with_a_prediction_matches_the_target_joint(tiny_target, tiny_draft, prompt_ids):
-    expected = _exact_joint(tiny_target, prompt_ids)
+    expected = exact_joint(tiny_target, prompt_ids, JOINT_SAMPLING)
     likely = max(expected, key=expected.get)  # predict the likeliest pair: accepted often, rejected often enough
     counts = dict.fromkeys(expected, 0)
     generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model))
@@ -218,7 +199,7 @@ def test_negative_control_accepting_the_prediction_blindly_fails_the_joint_test(
         return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
     monkeypatch.setattr(target_session, "rejection_accept", always_accept)
-    expected = _exact_joint(tiny_target, prompt_ids)
+    expected = exact_joint(tiny_target, prompt_ids, JOINT_SAMPLING)
     likely = max(expected, key=expected.get)
     generator = SpeculativeGenerator(tiny_target, None)
     pairs = [tuple(generator.generate(GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed,
