@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gateway.tool_protocol import MAX_TOOLS, FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
 from specdec.limits import MaxTokens, Seed, TokenId, TopK, TopLogprobs
 
 
@@ -55,8 +56,24 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = Field(None, description="role assistant: the calls a response made")
+    tool_call_id: str | None = Field(None, validate_default=True, description="role tool: the call this result answers")
 
-    _valid_text = field_validator("content", "name")(_encodable)
+    _valid_text = field_validator("content", "name", "tool_call_id")(_encodable)
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _assistant_calls(cls, value: list[ToolCall] | None, info) -> list[ToolCall] | None:
+        if value and info.data.get("role") != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return value
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _tool_result(cls, value: str | None, info) -> str | None:
+        if info.data.get("role") == "tool" and not value:
+            raise ValueError("a tool message needs the id of the call it answers")
+        return value
 
     def text(self) -> str:
         if self.content is None:
@@ -105,10 +122,25 @@ class ChatCompletionRequest(_SamplingRequest):
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
+    tools: list[FunctionTool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: ToolChoice | None = Field(None, description='default "auto" with tools, else "none"')
+    parallel_tool_calls: bool = Field(True, description="false: at most one call per choice")
+
+    _unique_tools = field_validator("tools")(check_tools)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _known_function(cls, value: ToolChoice | None, info) -> ToolChoice | None:
+        return check_tool_choice(value, info.data.get("tools"))
 
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def active_tools(self) -> list[FunctionTool]:
+        """The tools rendered into the prompt and parsed out of the output: none with tool_choice "none"."""
+        return [] if self.tool_choice == "none" else list(self.tools or [])
 
 
 class CompletionRequest(_SamplingRequest):

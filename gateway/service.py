@@ -99,7 +99,7 @@ class Gateway:
         if not request.stream:
             async with self.admission.slot(request.n) as queued_s:
                 self.metrics.queue_time.observe(queued_s)
-                choices = await run_all(self.upstream, request)
+                choices = await run_all(self.upstream, completion)
                 body = completion.response(choices)
             self._account(identity, body["usage"], body["speculative"], http)
             if self.log_content:

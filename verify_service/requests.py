@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pydantic import ValidationError
 
 from specdec.config import SpecdecConfig
@@ -10,6 +12,7 @@ from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
 from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
+from specdec.tool_prompt import ChatTurn, ToolCallText, render_input, template_uses_tools
 from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
 from specdec.v1 import verify_pb2
 
@@ -30,7 +33,7 @@ def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, m
         messages = options.chat.messages
         if len(messages) > max_context:  # each message renders to at least one token
             raise InvalidRequestError("options.chat.messages", f"{len(messages)} messages cannot fit in the model's context of {max_context} tokens")
-        size, limit, unit, field = sum(len(message.content) for message in messages), max_chars, "characters", "options.chat.messages"
+        size, limit, unit, field = _chat_chars(options.chat), max_chars, "characters", "options.chat.messages"
     else:
         size, limit, unit, field = len(options.text), max_chars, "characters", "options.text"
     if size > limit:
@@ -39,15 +42,21 @@ def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, m
     return size if unit == "characters" else 0
 
 
+def _chat_chars(chat: verify_pb2.ChatMessages) -> int:
+    """The characters the chat's messages, calls and tools add to the rendered prompt."""
+    calls = sum(len(call.name) + len(call.arguments) for message in chat.messages for call in message.tool_calls)
+    return sum(len(message.content) for message in chat.messages) + calls + len(chat.tools_json)
+
+
 def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: LoadedModel) -> list[int]:
     kind = options.WhichOneof("prompt")
     if kind == "text":
         return encode_text(target.tokenizer, options.text, "options.text")
     if kind == "chat":
-        messages = [{"role": m.role, "content": m.content} for m in options.chat.messages]
-        if not messages:
+        if not options.chat.messages:
             raise InvalidRequestError("options.chat.messages", "needs at least one message")
-        return encode_chat(target.tokenizer, messages, "options.chat.messages")
+        rendered = render_input(chat_turns(options.chat), chat_tools(options.chat), template_uses_tools(target.tokenizer.chat_template))
+        return encode_chat(target.tokenizer, rendered.messages, "options.chat.messages", rendered.tools)
     if kind == "token_ids":
         token_ids = list(options.token_ids.ids)
         if not token_ids:
@@ -57,6 +66,24 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Loade
             raise InvalidRequestError("options.token_ids", f"token id {bad} is outside the vocabulary [0, {target.vocab_size})")
         return token_ids
     raise InvalidRequestError("options.prompt", "set one of text, chat or token_ids")
+
+
+def chat_turns(chat: verify_pb2.ChatMessages) -> list[ChatTurn]:
+    return [ChatTurn(m.role, m.content, tuple(ToolCallText(c.id, c.name, c.arguments) for c in m.tool_calls), m.tool_call_id, m.name)
+            for m in chat.messages]
+
+
+def chat_tools(chat: verify_pb2.ChatMessages) -> list[dict]:
+    """The OpenAI `tools` array the gateway checked, as objects."""
+    if not chat.tools_json:
+        return []
+    try:
+        tools = json.loads(chat.tools_json)
+    except ValueError as error:
+        raise InvalidRequestError("options.chat.tools_json", f"is not JSON: {error}") from error
+    if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+        raise InvalidRequestError("options.chat.tools_json", "must be a JSON array of tool objects")
+    return tools
 
 
 def generation_request(options: verify_pb2.GenerationOptions, target: LoadedModel, config: SpecdecConfig, **overrides) -> GenerationRequest:

@@ -1,0 +1,133 @@
+"""Chat messages with tools and tool calls -> the messages (and `tools`) a chat template renders.
+
+A template that uses `tools` (Qwen2.5, Hermes, Llama 3.1, ...) renders them itself, from messages in
+the Hugging Face form (assistant `tool_calls` with arguments as objects, `role: "tool"` results).
+Any other template (SmolLM2's, the tiny pair's) gets the generic format documented in docs/tools.md:
+the tools and the call syntax in the system message, calls written as TOOL_CALL_OPEN {"name",
+"arguments"} TOOL_CALL_CLOSE in the assistant's text, results as user turns in <tool_response> tags.
+The gateway parses calls in that syntax back out of the output (gateway/tool_calls.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import jinja2
+import jinja2.meta
+
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+GENERIC_TOOLS_PROMPT = """# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+
+
+@dataclass(frozen=True)
+class ToolCallText:
+    """One call an assistant message made; `arguments` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    """One chat message as the verify service receives it."""
+
+    role: str
+    content: str
+    tool_calls: tuple[ToolCallText, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class RenderInput:
+    """What to pass to apply_chat_template: the messages, and `tools` for templates that use them."""
+
+    messages: list[dict]
+    tools: list[dict] | None = field(default=None)
+
+
+def template_uses_tools(chat_template: str | dict | None) -> bool:
+    """Whether the template reads the `tools` variable (what apply_chat_template(tools=...) fills)."""
+    if isinstance(chat_template, dict):  # named templates: transformers picks "tool_use" when tools are given
+        return "tool_use" in chat_template
+    if not chat_template:
+        return False
+    try:
+        return "tools" in jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(chat_template))
+    except jinja2.TemplateSyntaxError:
+        return False
+
+
+def call_text(call: ToolCallText) -> str:
+    """A call in the generic syntax; the arguments object is kept as written when it is not JSON."""
+    return f'{TOOL_CALL_OPEN}\n{{"name": {json.dumps(call.name)}, "arguments": {_arguments_json(call.arguments)}}}\n{TOOL_CALL_CLOSE}'
+
+
+def _arguments_json(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), ensure_ascii=False)
+    except ValueError:
+        return json.dumps(arguments)  # not JSON: carried as a string, never dropped
+
+
+def _arguments_object(arguments: str):
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+def render_input(turns: list[ChatTurn], tools: list[dict], native: bool) -> RenderInput:
+    """The messages for the template; `native`: the template renders tools itself (template_uses_tools)."""
+    if native:
+        return RenderInput([_native_message(turn) for turn in turns], tools or None)
+    messages = [_generic_message(turn) for turn in turns]
+    if tools:
+        messages = _with_tools_prompt(messages, tools)
+    return RenderInput(messages)
+
+
+def _native_message(turn: ChatTurn) -> dict:
+    message = {"role": turn.role, "content": turn.content}
+    if turn.tool_calls:
+        message["tool_calls"] = [{"id": call.id, "type": "function",
+                                  "function": {"name": call.name, "arguments": _arguments_object(call.arguments)}}
+                                 for call in turn.tool_calls]
+    if turn.tool_call_id:
+        message["tool_call_id"] = turn.tool_call_id
+    if turn.name:
+        message["name"] = turn.name
+    return message
+
+
+def _generic_message(turn: ChatTurn) -> dict:
+    if turn.role == "tool":
+        return {"role": "user", "content": f"<tool_response>\n{turn.content}\n</tool_response>"}
+    if turn.tool_calls:
+        texts = ([turn.content] if turn.content else []) + [call_text(call) for call in turn.tool_calls]
+        return {"role": turn.role, "content": "\n".join(texts)}
+    return {"role": turn.role, "content": turn.content}
+
+
+def _with_tools_prompt(messages: list[dict], tools: list[dict]) -> list[dict]:
+    """The tools prompt as the system message, after the client's own system text when there is one."""
+    prompt = GENERIC_TOOLS_PROMPT.format(tools="\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools))
+    if messages and messages[0]["role"] in ("system", "developer"):
+        first = messages[0]
+        return [{"role": first["role"], "content": f"{first['content']}\n\n{prompt}"}, *messages[1:]]
+    return [{"role": "system", "content": prompt}, *messages]
