@@ -16,6 +16,11 @@ from gateway.tool_protocol import FunctionTool, NamedToolChoice, ToolChoice
 from specdec.tool_prompt import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 
+# The JSON inside a call: the separators the prompt shows, no other whitespace (a small model given
+# free whitespace can emit newlines forever).
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
 def forced_functions(tools: list[FunctionTool], choice: ToolChoice | None) -> list[FunctionTool]:
     """The functions the output must call one of: all for "required", one when named, none otherwise."""
     if choice == "required":
@@ -44,6 +49,7 @@ def call_grammar(tools: list[FunctionTool], choice: ToolChoice | None, parallel:
     schema = call_schema(tools, choice)
     if schema is None:
         return None
+    schema = {**schema, "x-guidance": JSON_LAYOUT}
     repeat = ' ("\\n" call)*' if parallel else ""
     return "\n".join([f"start: call{repeat}",
                       f"call: {json.dumps(TOOL_CALL_OPEN + chr(10))} body {json.dumps(chr(10) + TOOL_CALL_CLOSE)}",

@@ -3,11 +3,14 @@ calls the parser takes and only those, and its grammar compiles in llguidance.""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import jsonschema
 import llguidance
+import llguidance.hf
 import pytest
+from transformers import AutoTokenizer
 
 from gateway.protocol import ChatCompletionRequest
 from gateway.tool_calls import parse_output
@@ -58,3 +61,34 @@ def test_the_grammar_compiles_and_frames_calls_the_parser_reads(parallel):
                        ({"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "ping", "arguments": {}}))
     parsed = parse_output(framed, {"get_weather", "ping"})
     assert parsed.content == "" and [call.name for call in parsed.calls] == ["get_weather", "ping"]
+
+
+@functools.cache
+def smollm2_tokenizers():
+    tokenizer = AutoTokenizer.from_pretrained("specdec/assets/smollm2-135m-instruct-draft")
+    return tokenizer, llguidance.hf.from_tokenizer(tokenizer)
+
+
+def matches(grammar: str, text: str) -> bool:
+    """Whether SmolLM2's tokens of `text` are a complete output under `grammar`."""
+    tokenizer, grammar_tokenizer = smollm2_tokenizers()
+    matcher = llguidance.LLMatcher(grammar_tokenizer, grammar, log_level=0)
+    return matcher.consume_tokens(tokenizer(text, add_special_tokens=False)["input_ids"]) and matcher.is_accepting()
+
+
+def framed(*calls: dict) -> str:
+    return "\n".join(f"<tool_call>\n{json.dumps(call)}\n</tool_call>" for call in calls)
+
+
+def test_the_grammar_accepts_valid_calls_in_the_prompts_layout_and_nothing_else():
+    named = request({"type": "function", "function": {"name": "get_weather"}})
+    grammar = call_grammar(named.tools, named.tool_choice, parallel=False)
+    paris = {"name": "get_weather", "arguments": {"city": "Paris"}}
+    assert matches(grammar, framed(paris)) and matches(grammar, framed({"name": "get_weather", "arguments": {"city": "Oslo", "days": 3}}))
+    assert not matches(grammar, framed({"name": "get_weather", "arguments": {"days": 3}}))  # city is required
+    assert not matches(grammar, framed({"name": "ping", "arguments": {}}))
+    assert not matches(grammar, framed(paris, paris))  # one call without parallel_tool_calls
+    assert not matches(grammar, "Sure! " + framed(paris)) and not matches(grammar, framed(paris).replace(", ", ","))
+    forced = request("required")
+    parallel = call_grammar(forced.tools, forced.tool_choice, parallel=True)
+    assert matches(parallel, framed(paris, {"name": "ping", "arguments": {}}))
