@@ -20,14 +20,12 @@ TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 GENERIC_TOOLS_PROMPT = """# Tools
 
-You may call one or more functions to assist with the user query.
-
-You are provided with function signatures within <tools></tools> XML tags:
+You may call these functions, given as JSON signatures:
 <tools>
 {tools}
 </tools>
 
-For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+To call one, write its name and arguments as a JSON object within <tool_call></tool_call> tags:
 <tool_call>
 {{"name": <function-name>, "arguments": <args-json-object>}}
 </tool_call>"""

@@ -7,8 +7,8 @@ import asyncio
 import json
 
 import pytest
-from openai.lib.streaming.chat import ChatCompletionStreamState
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
+from tool_support import assembled_choice
 
 from gateway.choices import Completion
 from gateway.protocol import ChatCompletionRequest
@@ -56,18 +56,11 @@ def streamed_chunks(shape: Completion, messages) -> list[dict]:
     return asyncio.run(collect())
 
 
-def assembled(chunks: list[dict]):
-    state = ChatCompletionStreamState()
-    for chunk in chunks:
-        state.handle_chunk(ChatCompletionChunk.model_validate(chunk))
-    return state.current_completion_snapshot.choices[0]
-
-
 @pytest.mark.parametrize("size", [1, 3, 7, 40, 1000])
 def test_the_sdks_stream_assembly_gives_the_whole_responses_calls_and_content(size):
     shape = completion()
     whole = ChatCompletion.model_validate(whole_response(shape, rounds(OUTPUT, size))).choices[0]
-    streamed = assembled(streamed_chunks(shape, rounds(OUTPUT, size)))
+    streamed = assembled_choice(streamed_chunks(shape, rounds(OUTPUT, size)))
     assert whole.finish_reason == streamed.finish_reason == "tool_calls"
     assert whole.message.content == streamed.message.content == "I will check."
     calls = [(call.function.name, json.loads(call.function.arguments)) for call in whole.message.tool_calls]
