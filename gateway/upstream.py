@@ -22,7 +22,8 @@ _FIELD = re.compile(r"^([\w.\[\]]+): ")
 # verify's field names -> the OpenAI request's
 _PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", "options.sampling.temperature": "temperature",
                 "options.sampling.top_p": "top_p", "options.sampling.top_k": "top_k", "prompt": "messages",
-                "options.chat.messages": "messages", "options.chat.tools_json": "tools", "options.text": "prompt", "options.token_ids": "prompt"}
+                "options.chat.messages": "messages", "options.chat.tools_json": "tools", "options.text": "prompt",
+                "options.token_ids": "prompt"}
 
 
 class Upstream:
@@ -109,7 +110,8 @@ def chat_messages(request: ChatCompletionRequest) -> verify_pb2.ChatMessages:
     tools = request.active_tools
     chat = verify_pb2.ChatMessages(tools_json=json.dumps([tool.model_dump(exclude_none=True) for tool in tools]) if tools else "")
     for message in request.messages:
-        calls = [verify_pb2.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments) for call in message.tool_calls or []]
+        calls = [verify_pb2.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+                 for call in message.tool_calls or []]
         chat.messages.add(role=message.role, content=message.text(), tool_calls=calls, tool_call_id=message.tool_call_id or "",
                           name=message.name or "" if message.role == "tool" else "")
     return chat

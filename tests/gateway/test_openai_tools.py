@@ -60,7 +60,8 @@ def test_auto_streamed_and_whole_outputs_are_the_same(client):
     content = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     streamed_calls = [call for chunk in chunks if chunk.choices for call in chunk.choices[0].delta.tool_calls or []]
     assert content == (whole.message.content or "")
-    assert [call.function.name for call in streamed_calls if call.function.name] == [call.function.name for call in whole.message.tool_calls or []]
+    whole_names = [call.function.name for call in whole.message.tool_calls or []]
+    assert [call.function.name for call in streamed_calls if call.function.name] == whole_names
     assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices and chunk.choices[0].finish_reason] == [whole.finish_reason]
     assert "<tool_call>" not in content
 
@@ -71,7 +72,8 @@ def test_the_sdks_pydantic_function_tool_is_a_valid_tool():
         days: int = 1
 
     tool = openai.pydantic_function_tool(GetWeather)  # strict, with additionalProperties false
-    request = ChatCompletionRequest(model="target", messages=ASK, tools=[tool], tool_choice={"type": "function", "function": {"name": "GetWeather"}})
+    named = {"type": "function", "function": {"name": "GetWeather"}}
+    request = ChatCompletionRequest(model="target", messages=ASK, tools=[tool], tool_choice=named)
     assert request.active_tools[0].function.parameters == tool["function"]["parameters"]
 
 
@@ -89,11 +91,13 @@ def test_the_sdks_pydantic_function_tool_is_a_valid_tool():
 ])
 def test_bad_tool_requests_are_400s_naming_the_field(gateway_url, change, param):
     body = {**GREEDY, "messages": ASK, "tools": [WEATHER], **change}
-    response = httpx.post(f"{gateway_url}/v1/chat/completions", json={key: value for key, value in body.items() if value is not None}, timeout=30)
+    body = {key: value for key, value in body.items() if value is not None}
+    response = httpx.post(f"{gateway_url}/v1/chat/completions", json=body, timeout=30)
     assert_openai_error(response, 400, param=param)
 
 
 def test_the_sdk_sees_an_unknown_function_in_tool_choice_as_a_bad_request(client):
     with pytest.raises(BadRequestError) as raised:
-        client.chat.completions.create(**GREEDY, messages=ASK, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+        client.chat.completions.create(**GREEDY, messages=ASK, tools=[WEATHER],
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
     assert raised.value.body["param"] == "tool_choice" and "nope" in raised.value.body["message"]

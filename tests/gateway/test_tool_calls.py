@@ -47,7 +47,7 @@ def test_streamed_pieces_give_the_whole_outputs_content_and_calls(size):
         whole = parse_output(text, FUNCTIONS)
         content, calls = fed_in_pieces(text, size)
         assert content == whole.content
-        assert [(call.index, call.name, call.arguments) for call in calls] == [(call.index, call.name, call.arguments) for call in whole.calls]
+        assert [(c.index, c.name, c.arguments) for c in calls] == [(c.index, c.name, c.arguments) for c in whole.calls]
 
 
 @pytest.mark.parametrize("size", [1, 4, 9])

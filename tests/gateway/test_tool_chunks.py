@@ -15,7 +15,8 @@ from gateway.protocol import ChatCompletionRequest
 from gateway.streaming import stream_events
 from specdec.v1 import verify_pb2
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": CITY}},
          {"type": "function", "function": {"name": "add"}}]
 OUTPUT = ('I will check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
           '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
@@ -72,7 +73,8 @@ def test_the_sdks_stream_assembly_gives_the_whole_responses_calls_and_content(si
 
 def test_a_streamed_call_is_named_first_then_given_its_arguments():
     chunks = streamed_chunks(completion(), rounds(OUTPUT, 5))
-    deltas = [chunk["choices"][0]["delta"]["tool_calls"][0] for chunk in chunks if chunk["choices"] and "tool_calls" in chunk["choices"][0]["delta"]]
+    bodies = [chunk["choices"][0] for chunk in chunks if chunk["choices"]]
+    deltas = [body["delta"]["tool_calls"][0] for body in bodies if "tool_calls" in body["delta"]]
     assert [set(delta) for delta in deltas] == [{"index", "id", "type", "function"}, {"index", "function"}] * 2
     assert [delta["index"] for delta in deltas] == [0, 0, 1, 1] and deltas[0]["function"] == {"name": "get_weather", "arguments": ""}
     contents = [chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"]]

@@ -16,8 +16,8 @@ from specdec.v1 import verify_pb2
 from verify_service.requests import prompt_ids_from_options
 
 SMOLLM2_TOKENIZER = "specdec/assets/smollm2-135m-instruct-draft"
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": CITY}}]
 CONVERSATION = [ChatTurn("user", "Weather in Paris?"),
                 ChatTurn("assistant", "", (ToolCallText("call_1", "get_weather", '{"city": "Paris"}'),)),
                 ChatTurn("tool", '{"temperature": 21}', tool_call_id="call_1", name="get_weather")]
@@ -25,7 +25,8 @@ CONVERSATION = [ChatTurn("user", "Weather in Paris?"),
 TOOLS_TEMPLATE = (
     "{% if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %} {{ tool.function.name }}{% endfor %}<|im_end|>\n{% endif %}"
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
-    "{% for call in message.tool_calls or [] %}CALL {{ call.function.name }} {{ call.function.arguments | tojson }} ID {{ call.id }}{% endfor %}"
+    "{% for call in message.tool_calls or [] %}"
+    "CALL {{ call.function.name }} {{ call.function.arguments | tojson }} ID {{ call.id }}{% endfor %}"
     "{% if message.tool_call_id %}RESULT FOR {{ message.tool_call_id }}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
