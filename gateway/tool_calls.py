@@ -13,7 +13,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from specdec.tool_prompt import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from specdec.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 
 @dataclass(frozen=True)

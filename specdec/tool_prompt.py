@@ -3,8 +3,8 @@
 A template that uses `tools` (Qwen2.5, Hermes, Llama 3.1, ...) renders them itself, from messages in
 the Hugging Face form (assistant `tool_calls` with arguments as objects, `role: "tool"` results).
 Any other template (SmolLM2's, the tiny pair's) gets the generic format documented in docs/tools.md:
-the tools and the call syntax in the system message, calls written as TOOL_CALL_OPEN {"name",
-"arguments"} TOOL_CALL_CLOSE in the assistant's text, results as user turns in <tool_response> tags.
+the tools and the call syntax in the system message, calls written in the assistant's text in
+specdec/tool_format.py's syntax, results as user turns in <tool_response> tags.
 The gateway parses calls in that syntax back out of the output (gateway/tool_calls.py).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import jinja2
 import jinja2.meta
 
-TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+from specdec.tool_format import CALL_SEPARATOR, call_text
 
 GENERIC_TOOLS_PROMPT = """# Tools
 
@@ -71,18 +71,6 @@ def template_uses_tools(chat_template: str | dict | None) -> bool:
         return False
 
 
-def call_text(call: ToolCallText) -> str:
-    """A call in the generic syntax; the arguments object is kept as written when it is not JSON."""
-    return f'{TOOL_CALL_OPEN}\n{{"name": {json.dumps(call.name)}, "arguments": {_arguments_json(call.arguments)}}}\n{TOOL_CALL_CLOSE}'
-
-
-def _arguments_json(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), ensure_ascii=False)
-    except ValueError:
-        return json.dumps(arguments)  # not JSON: carried as a string, never dropped
-
-
 def _arguments_object(arguments: str):
     try:
         return json.loads(arguments)
@@ -117,8 +105,8 @@ def _generic_message(turn: ChatTurn) -> dict:
     if turn.role == "tool":
         return {"role": "user", "content": f"<tool_response>\n{turn.content}\n</tool_response>"}
     if turn.tool_calls:
-        texts = ([turn.content] if turn.content else []) + [call_text(call) for call in turn.tool_calls]
-        return {"role": turn.role, "content": "\n".join(texts)}
+        calls = CALL_SEPARATOR.join(call_text(call.name, call.arguments) for call in turn.tool_calls)
+        return {"role": turn.role, "content": f"{turn.content}\n{calls}" if turn.content else calls}
     return {"role": turn.role, "content": turn.content}
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gateway.tool_calls import ToolCallParser, parse_output
+from specdec.tool_format import CALL_SEPARATOR, call_text
 
 FUNCTIONS = {"get_weather", "add"}
 WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
@@ -102,3 +103,10 @@ def test_marker_text_is_held_back_until_it_cannot_be_a_marker():
     assert parser.feed("Answer <tool").content == "Answer"
     assert parser.feed("box> done").content == " <toolbox> done"
     assert parser.finish().content == ""
+
+
+def test_a_rendered_call_parses_back_to_the_same_call():
+    text = CALL_SEPARATOR.join([call_text("get_weather", '{"city": "Paris"}'), call_text("ping", "{}")])
+    parsed = parse_output(text, {"get_weather", "ping"})
+    assert parsed.content == "" and [(call.name, json.loads(call.arguments)) for call in parsed.calls] == [
+        ("get_weather", {"city": "Paris"}), ("ping", {})]
