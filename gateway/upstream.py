@@ -113,7 +113,7 @@ def chat_messages(request: ChatCompletionRequest) -> verify_pb2.ChatMessages:
         calls = [verify_pb2.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
                  for call in message.tool_calls or []]
         chat.messages.add(role=message.role, content=message.text(), tool_calls=calls, tool_call_id=message.tool_call_id or "",
-                          name=message.name or "" if message.role == "tool" else "")
+                          name=(message.name or "") if message.role == "tool" else "")
     return chat
 
 

@@ -10,6 +10,7 @@ The gateway parses calls in that syntax back out of the output (gateway/tool_cal
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -63,8 +64,11 @@ def template_uses_tools(chat_template: str | dict | None) -> bool:
     """Whether the template reads the `tools` variable (what apply_chat_template(tools=...) fills)."""
     if isinstance(chat_template, dict):  # named templates: transformers picks "tool_use" when tools are given
         return "tool_use" in chat_template
-    if not chat_template:
-        return False
+    return bool(chat_template) and _reads_tools(chat_template)
+
+
+@functools.lru_cache(maxsize=16)  # one template per model: parsed once, not per request
+def _reads_tools(chat_template: str) -> bool:
     try:
         return "tools" in jinja2.meta.find_undeclared_variables(jinja2.Environment().parse(chat_template))
     except jinja2.TemplateSyntaxError:

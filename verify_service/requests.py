@@ -12,8 +12,8 @@ from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
 from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
-from specdec.tool_prompt import ChatTurn, ToolCallText, render_input, template_uses_tools
 from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
+from specdec.tool_prompt import ChatTurn, ToolCallText, render_input, template_uses_tools
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64
