@@ -13,7 +13,7 @@ from specdec.errors import InvalidRequestError
 from specdec.prompts import encode_chat
 from specdec.tool_prompt import ChatTurn, ToolCallText, render_input, template_uses_tools
 from specdec.v1 import verify_pb2
-from verify_service.requests import prompt_ids_from_options
+from verify_service.requests import check_prompt_size, prompt_ids_from_options
 
 SMOLLM2_TOKENIZER = "specdec/assets/smollm2-135m-instruct-draft"
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -93,3 +93,14 @@ def test_verify_refuses_tools_that_are_not_a_json_array_of_objects(tiny_target, 
     with pytest.raises(InvalidRequestError) as raised:
         prompt_ids_from_options(verify_pb2.GenerationOptions(chat=chat), tiny_target)
     assert raised.value.field == "options.chat.tools_json"
+
+
+def test_verifys_size_check_counts_the_tools_and_calls():
+    chat = verify_pb2.ChatMessages(messages=[verify_pb2.ChatMessage(role="user", content="hi")])
+    assert check_prompt_size(verify_pb2.GenerationOptions(chat=chat), max_context=10, max_chars=100) == 2
+    chat.messages.add(role="assistant", tool_calls=[verify_pb2.ToolCall(id="c", name="f", arguments='{"a": 1}')])
+    assert check_prompt_size(verify_pb2.GenerationOptions(chat=chat), max_context=10, max_chars=100) == 2 + 1 + 8
+    chat.tools_json = json.dumps(TOOLS * 2)
+    with pytest.raises(InvalidRequestError) as raised:
+        check_prompt_size(verify_pb2.GenerationOptions(chat=chat), max_context=10, max_chars=100)
+    assert raised.value.field == "options.chat.messages"
