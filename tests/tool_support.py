@@ -1,4 +1,5 @@
-"""Tool-call test helpers: what the official SDK's stream assembler makes of a gateway's chunks."""
+"""Tool-call test helpers: a tool and a conversation that calls it, and what the official SDK's stream
+assembler makes of a gateway's chunks."""
 
 from __future__ import annotations
 
@@ -6,6 +7,14 @@ from collections.abc import Iterable
 
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
+
+from specdec.tool_prompt import ChatTurn, ToolCallText
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": CITY}}]
+CONVERSATION = [ChatTurn("user", "Weather in Paris?"),
+                ChatTurn("assistant", "", (ToolCallText("call_1", "get_weather", '{"city": "Paris"}'),)),
+                ChatTurn("tool", '{"temperature": 21}', tool_call_id="call_1", name="get_weather")]
 
 
 def assembled_choice(chunks: Iterable[ChatCompletionChunk | dict]):
