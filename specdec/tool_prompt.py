@@ -1,8 +1,10 @@
 """Chat messages with tools and tool calls -> the messages (and `tools`) a chat template renders.
 
-A template that uses `tools` (Qwen2.5, Hermes, Llama 3.1, ...) renders them itself, from messages in
-the Hugging Face form (assistant `tool_calls` with arguments as objects, `role: "tool"` results).
-Any other template (SmolLM2's, the tiny pair's) gets the generic format documented in docs/tools.md:
+A template that renders `tools` and asks for calls in the same syntax the gateway parses (Qwen2.5's,
+Hermes': specdec/tool_format.py) renders them itself, from messages in the Hugging Face form
+(assistant `tool_calls` with arguments as objects, `role: "tool"` results). Any other template
+(SmolLM2's, the tiny pair's, one that asks for another call syntax such as Llama 3.1's) gets the
+generic format documented in docs/tools.md:
 the tools and the call syntax in the system message, calls written in the assistant's text in
 specdec/tool_format.py's syntax, results as user turns in <tool_response> tags.
 The gateway parses calls in that syntax back out of the output (gateway/tool_calls.py).
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 import jinja2
 import jinja2.meta
 
-from specdec.tool_format import CALL_SEPARATOR, call_text
+from specdec.tool_format import CALL_SEPARATOR, TOOL_CALL_OPEN, call_text
 
 GENERIC_TOOLS_PROMPT = """# Tools
 
@@ -60,11 +62,12 @@ class RenderInput:
     tools: list[dict] | None = field(default=None)
 
 
-def template_uses_tools(chat_template: str | dict | None) -> bool:
-    """Whether the template reads the `tools` variable (what apply_chat_template(tools=...) fills)."""
+def template_renders_tools(chat_template: str | dict | None) -> bool:
+    """Whether the template reads the `tools` variable (what apply_chat_template(tools=...) fills) and
+    asks for calls in TOOL_CALL_OPEN ... TOOL_CALL_CLOSE, the syntax the gateway parses and constrains."""
     if isinstance(chat_template, dict):  # named templates: transformers picks "tool_use" when tools are given
-        return "tool_use" in chat_template
-    return bool(chat_template) and _reads_tools(chat_template)
+        chat_template = chat_template.get("tool_use")
+    return bool(chat_template) and TOOL_CALL_OPEN in chat_template and _reads_tools(chat_template)
 
 
 @functools.lru_cache(maxsize=16)  # one template per model: parsed once, not per request
@@ -83,7 +86,7 @@ def _arguments_object(arguments: str):
 
 
 def render_input(turns: list[ChatTurn], tools: list[dict], native: bool) -> RenderInput:
-    """The messages for the template; `native`: the template renders tools itself (template_uses_tools)."""
+    """The messages for the template; `native`: the template renders tools itself (template_renders_tools)."""
     if native:
         return RenderInput([_native_message(turn) for turn in turns], tools or None)
     messages = [_generic_message(turn) for turn in turns]

@@ -13,7 +13,7 @@ from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
 from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
 from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
-from specdec.tool_prompt import ChatTurn, ToolCallText, render_input, template_uses_tools
+from specdec.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64
@@ -55,7 +55,8 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Loade
     if kind == "chat":
         if not options.chat.messages:
             raise InvalidRequestError("options.chat.messages", "needs at least one message")
-        rendered = render_input(chat_turns(options.chat), chat_tools(options.chat), template_uses_tools(target.tokenizer.chat_template))
+        native = template_renders_tools(target.tokenizer.chat_template)
+        rendered = render_input(chat_turns(options.chat), chat_tools(options.chat), native)
         return encode_chat(target.tokenizer, rendered.messages, "options.chat.messages", rendered.tools)
     if kind == "token_ids":
         token_ids = list(options.token_ids.ids)

@@ -9,12 +9,13 @@ from tool_support import CONVERSATION, TOOLS
 from transformers import AutoTokenizer
 
 from specdec.prompts import encode_chat
-from specdec.tool_prompt import ChatTurn, render_input, template_uses_tools
+from specdec.tool_prompt import ChatTurn, render_input, template_renders_tools
 
 SMOLLM2_TOKENIZER = "specdec/assets/smollm2-135m-instruct-draft"
-# A template in the style of Qwen2.5's: it renders `tools` and calls itself (arguments as objects).
+# A template in the style of Qwen2.5's: it renders `tools` and calls itself (arguments as objects), and
+# asks for calls in <tool_call> tags.
 TOOLS_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %} {{ tool.function.name }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %} {{ tool.function.name }}{% endfor %} in <tool_call><|im_end|>\n{% endif %}"
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
     "{% for call in message.tool_calls or [] %}"
     "CALL {{ call.function.name }} {{ call.function.arguments | tojson }} ID {{ call.id }}{% endfor %}"
@@ -23,14 +24,17 @@ TOOLS_TEMPLATE = (
 
 
 def rendered_text(tokenizer, turns, tools) -> str:
-    given = render_input(turns, tools, template_uses_tools(tokenizer.chat_template))
+    given = render_input(turns, tools, template_renders_tools(tokenizer.chat_template))
     return tokenizer.decode(encode_chat(tokenizer, given.messages, tools=given.tools))
 
 
 def test_smollm2s_template_does_not_render_tools_and_a_tools_template_does():
-    assert not template_uses_tools(AutoTokenizer.from_pretrained(SMOLLM2_TOKENIZER).chat_template)
-    assert template_uses_tools(TOOLS_TEMPLATE) and not template_uses_tools("{{ messages }} {{ tool }}") and not template_uses_tools(None)
-    assert template_uses_tools({"default": "x", "tool_use": "y"}) and not template_uses_tools("{% broken")
+    assert not template_renders_tools(AutoTokenizer.from_pretrained(SMOLLM2_TOKENIZER).chat_template)
+    assert template_renders_tools(TOOLS_TEMPLATE) and template_renders_tools({"default": "x", "tool_use": TOOLS_TEMPLATE})
+    assert not template_renders_tools("{{ messages }} {{ tool }} <tool_call>") and not template_renders_tools(None)
+    assert not template_renders_tools("{% broken <tool_call>") and not template_renders_tools({"default": TOOLS_TEMPLATE})
+    # renders tools but asks for calls in another syntax (as Llama 3.1's does): the generic format
+    assert not template_renders_tools(TOOLS_TEMPLATE.replace(" in <tool_call>", ""))
 
 
 def test_the_generic_format_puts_the_tools_in_the_system_turn_and_calls_and_results_in_the_text():
@@ -61,6 +65,6 @@ def test_a_template_that_renders_tools_gets_them_and_the_calls_in_hugging_faces_
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_pair_paths.target))
     tokenizer.chat_template = TOOLS_TEMPLATE
     text = rendered_text(tokenizer, CONVERSATION, TOOLS)
-    assert text.startswith("<|im_start|>system\nTOOLS: get_weather<|im_end|>")
+    assert text.startswith("<|im_start|>system\nTOOLS: get_weather in <tool_call><|im_end|>")
     assert 'CALL get_weather {"city": "Paris"} ID call_1' in text  # arguments reach the template as an object
-    assert "<|im_start|>tool\n" in text and "RESULT FOR call_1" in text and "<tool_call>" not in text
+    assert "<|im_start|>tool\n" in text and "RESULT FOR call_1" in text and "<tool_response>" not in text
