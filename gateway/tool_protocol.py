@@ -13,6 +13,8 @@ MAX_TOOLS = 128  # OpenAI's own limit
 
 def check_json_schema(schema: dict) -> dict:
     """`schema` against its draft's meta-schema ($schema, else the newest jsonschema knows)."""
+    if not isinstance(schema.get("$schema", ""), str):
+        raise ValueError("is not a valid JSON schema: $schema must be a meta-schema URI (a string)")
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as error:

@@ -84,6 +84,7 @@ def test_the_sdks_pydantic_function_tool_is_a_valid_tool():
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}]},
      "tools.0.function.parameters"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "tools.0.function.parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"$schema": ["x"]}}}]}, "tools.0.function.parameters"),
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools.0.function.name"),
     ({"tools": [WEATHER, WEATHER]}, "tools"),
     ({"messages": [*ASK, {"role": "tool", "content": "21C"}]}, "messages.1.tool_call_id"),
