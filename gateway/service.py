@@ -156,6 +156,10 @@ def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, sta
         count, size = (len(parts) if chat else 0), sum(map(len, parts))
     else:
         count, size = len(request.prompt), 0
+    prediction = len(request.prediction.text()) if chat and request.prediction is not None else 0
+    if prediction > status.max_prompt_chars:
+        raise bad_request(f"prediction: {prediction} characters cannot fit in the model's context of {status.max_context} tokens "
+                          f"(at most {status.max_prompt_chars})", "prediction")
     if count > status.max_context:
         what = f"{count} {'messages' if chat else 'tokens'}"
     elif size > status.max_prompt_chars:

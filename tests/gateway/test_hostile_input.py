@@ -105,7 +105,8 @@ def test_the_gateway_still_serves_after_hostile_input(client):
     (CHAT, {"messages": HELLO * 513}, "messages", "513 messages"),
     (COMPLETIONS, {"prompt": "a" * 7000}, "prompt", "7000 characters"),
     (COMPLETIONS, {"prompt": [5] * 513}, "prompt", "513 tokens"),
-], ids=["chat", "messages", "text", "token-ids"])
+    (CHAT, {"prediction": {"type": "content", "content": "a" * 7000}}, "prediction", "7000 characters"),
+], ids=["chat", "messages", "text", "token-ids", "prediction"])
 def test_a_prompt_that_cannot_fit_is_refused_by_the_gateway_without_asking_verify(client, verify_server, route, fields, param, what):
     """The bound verify reports (its context times its longest token, 512 x 13 characters for the tiny
     pair): such a prompt costs its parsing, not a gRPC request of megabytes."""
