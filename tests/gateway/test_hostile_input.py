@@ -138,6 +138,10 @@ def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_
     reply = _declared_body_reply(gateway_url, useful + 1, b'{"model": "target"')
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert b"request_too_large" in reply and b"shorten the prompt" in reply
+    # A client that sends the whole body still reads the answer (not a reset connection).
+    huge = json.dumps({**BASE, "messages": [{"role": "user", "content": "hello " * 650_000}]}).encode()
+    for _ in range(3):
+        assert_openai_error(client.post(CHAT, content=huge, headers={"Content-Type": "application/json"}), 413)
     padded = json.dumps(BASE).encode() + b" " * (useful - len(json.dumps(BASE)))
     assert len(padded) == useful
     assert client.post(CHAT, content=padded, headers={"Content-Type": "application/json"}).status_code == 200
