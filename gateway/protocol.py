@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -28,8 +29,34 @@ def _encodable(value):
 
 
 class _Request(BaseModel):
-    # Unknown fields are ignored, as OpenAI-compatible servers do; unsupported known ones are refused.
-    model_config = ConfigDict(extra="ignore")
+    # Nothing is silently ignored: a field this server does not know is a 400 naming it, as OpenAI's own
+    # API answers; fields it does not honour are accepted only with the value that asks for nothing
+    # (NO_OP_VALUES). Harmless no-ops (user, store, metadata, ...) are declared and listed in the README.
+    model_config = ConfigDict(extra="forbid")
+
+
+# Fields accepted only with these values (what this server does anyway); anything else is a 400 naming the field.
+NO_OP_VALUES: dict[str, tuple] = {
+    "response_format": (None, {"type": "text"}),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "reasoning_effort": (None,),
+    "verbosity": (None,),
+    "web_search_options": (None,),
+    "suffix": (None, ""),
+    "refusal": (None,),
+    "annotations": (None, []),
+}
+
+
+def _only_no_op(value, info):
+    allowed = NO_OP_VALUES[info.field_name]
+    if value not in allowed:
+        shown = " or ".join(json.dumps(item) for item in allowed)
+        raise ValueError(f"{info.field_name} is not supported by this server (accepted only as {shown})")
+    return value
 
 
 class SpeculativeOptions(BaseModel):
@@ -44,22 +71,34 @@ class SpeculativeOptions(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     include_usage: bool = False
 
 
 class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
-    name: str | None = None
+    name: str | None = None  # accepted; rendered for tool results only
     tool_calls: list[ToolCall] | None = Field(None, description="role assistant: the calls a response made")
     tool_call_id: str | None = Field(None, validate_default=True, description="role tool: the call this result answers")
+    # What an assistant message of a response carries back when resent: accepted empty only.
+    refusal: Any = None
+    function_call: Any = None
+    audio: Any = None
+    annotations: Any = None
 
     _valid_text = field_validator("content", "name", "tool_call_id")(_encodable)
+    _not_honoured = field_validator("refusal", "function_call", "audio", "annotations")(_only_no_op)
 
     @field_validator("tool_calls")
     @classmethod
@@ -81,6 +120,34 @@ class ChatMessage(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
+class PredictionContent(BaseModel):
+    """OpenAI predicted outputs: text the output is expected to mostly repeat (drafted from first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+    _valid_text = field_validator("content")(_encodable)
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+def _logit_bias(value: dict[str, float] | None) -> dict[int, float] | None:
+    """JSON keys are strings: each must be a token id; each bias in [-100, 100]."""
+    if value is None:
+        return None
+    bias = {}
+    for key, amount in value.items():
+        if not key.strip().isdigit() or int(key) >= 2**31:
+            raise ValueError(f"keys must be token ids (non-negative integers), got {key!r}")
+        if not -100.0 <= amount <= 100.0:
+            raise ValueError(f"the bias of token {key} is {amount}; it must be in [-100, 100]")
+        bias[int(key)] = amount
+    return bias
+
+
 class _SamplingRequest(_Request):
     model: str
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -92,13 +159,21 @@ class _SamplingRequest(_Request):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
-    user: str | None = None
     speculative: SpeculativeOptions | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
+    repetition_penalty: float | None = Field(None, gt=0.0, allow_inf_nan=False, description="extension (Hugging Face / CTRL); 1 = off")
+    logit_bias: dict[str, Annotated[float, Field(allow_inf_nan=False)]] | None = None
+    # Harmless no-ops, accepted and listed in the README: nothing is stored, nothing is billed.
+    user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
 
     _valid_text = field_validator("model", "user", "stop")(_encodable)
+    _valid_bias = field_validator("logit_bias")(_logit_bias)
 
     @field_validator("stop")
     @classmethod
@@ -108,24 +183,30 @@ class _SamplingRequest(_Request):
             raise ValueError("at most 16 stop sequences")
         return stops
 
-    @field_validator("frequency_penalty", "presence_penalty", "logit_bias")
-    @classmethod
-    def _unsupported(cls, value, info):
-        if value:  # 0 / {} / null are the OpenAI defaults and change nothing
-            raise ValueError(f"{info.field_name} is not supported: it would change the target model's distribution")
-        return value
 
 
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: MaxTokens | None = None
+    max_tokens: MaxTokens | None = Field(None, description="unset: to the end of the context")
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
+    prediction: PredictionContent | None = None
     tools: list[FunctionTool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = Field(None, description='default "auto" with tools, else "none"')
     parallel_tool_calls: bool = Field(True, description="false: at most one call per choice")
+    # Not honoured yet (structured outputs come later): accepted only as NO_OP_VALUES says.
+    response_format: Any = None
+    functions: Any = None
+    function_call: Any = None
+    modalities: Any = None
+    audio: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    web_search_options: Any = None
 
+    _not_honoured = field_validator("response_format", "functions", "function_call", "modalities", "audio",
+                                    "reasoning_effort", "verbosity", "web_search_options")(_only_no_op)
     _unique_tools = field_validator("tools")(check_tools)
 
     @field_validator("tool_choice")
@@ -148,8 +229,18 @@ class CompletionRequest(_SamplingRequest):
     max_tokens: MaxTokens | None = 16
     logprobs: TopLogprobs | None = None
     echo: bool = False
+    best_of: int | None = Field(None, ge=1)
+    suffix: Any = None
 
     _valid_prompt = field_validator("prompt")(_encodable)
+    _not_honoured = field_validator("suffix")(_only_no_op)
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of_is_n(cls, value: int | None, info) -> int | None:
+        if value is not None and value != info.data.get("n", 1):
+            raise ValueError("best_of is not supported by this server (accepted only equal to n: every choice generated is returned)")
+        return value
 
     @field_validator("prompt")
     @classmethod
@@ -174,10 +265,16 @@ class CompletionRequest(_SamplingRequest):
         return self.max_tokens
 
 
+class CompletionTokensDetails(BaseModel):
+    accepted_prediction_tokens: int = 0  # candidates drafted from `prediction` that the target kept
+    rejected_prediction_tokens: int = 0  # ... that it rejected (computed, so counted as completion work, as OpenAI does)
+
+
 class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    completion_tokens_details: CompletionTokensDetails = CompletionTokensDetails()
 
 
 class SpeculativeStats(BaseModel):

@@ -20,9 +20,10 @@ from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.noise import keyed_gumbel
 from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
+from specdec.penalties import LogitsTransform, path_rows
 from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
 from specdec.sampling import processed_probs
-from specdec.tree import node_depths
+from specdec.tree import chain_parents, node_depths
 
 
 class TargetSession:
@@ -41,6 +42,8 @@ class TargetSession:
         # One generator per request, on the CPU so a seed means the same tokens on any device.
         self.generator = torch.Generator().manual_seed(request.seed)
         self.draft_length = draft_length_controller(request)
+        # Penalties / logit_bias: part of the target distribution at every position; None when there are none.
+        self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, target.vocab_size, target.device)
 
     @property
     def finished(self) -> bool:
@@ -57,6 +60,8 @@ class TargetSession:
         With adaptive K this is the controller's choice for the round (num_draft_tokens bounds it).
         """
         wanted = self.draft_length.next_k() if self.draft_length is not None else self.request.num_draft_tokens
+        if self.request.prediction_ids:  # predicted blocks may be longer (drafters/prediction.py caps the others at K)
+            wanted = max(wanted, self.request.prediction_draft_tokens)
         return max(0, min(wanted, self.output.remaining - 1))
 
     def learn_from_round(self, info: RoundInfo) -> None:
@@ -88,7 +93,7 @@ class TargetSession:
         """
         parents = block.tree_parents
         logits = self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents)  # [n + 1, vocab]
-        target_probs = processed_probs(logits, self.request.sampling)  # [n + 1, vocab]
+        target_probs = processed_probs(self._transformed(logits, block), self.request.sampling)  # [n + 1, vocab]
         node_ids = block.candidate_ids.to(logits.device)
         if self.mode is AcceptanceMode.GREEDY:
             verdict = greedy_tree_accept(node_ids, parents, target_probs)
@@ -103,8 +108,16 @@ class TargetSession:
         self.lm.keep_path(verdict.accepted_nodes)
         return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
 
+    def _transformed(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The penalised logits at each position of the block, each from the tokens on its own path."""
+        if self.transform is None:
+            return logits
+        node_ids = block.candidate_ids.tolist()
+        parents = block.tree_parents if block.tree_parents is not None else chain_parents(len(node_ids))
+        return self.transform(logits, self.committed, node_ids, path_rows(parents))
+
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
-        target_probs = processed_probs(logits, self.request.sampling)  # [k + 1, vocab]
+        target_probs = processed_probs(self._transformed(logits, block), self.request.sampling)  # [k + 1, vocab]
         candidate_ids = block.candidate_ids.to(logits.device)
         if self.mode is AcceptanceMode.GREEDY:
             return greedy_accept(candidate_ids, target_probs)
@@ -129,9 +142,10 @@ def round_sources(block: DraftBlock, verdict: RoundVerdict) -> list[TokenSource]
 def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:
     """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens.
 
-    Chains only: its model counts a round's candidates as one path, which a token tree is not.
+    Chains only: its model counts a round's candidates as one path, which a token tree is not. Not
+    with a prediction either: predicted blocks have their own length (prediction_draft_tokens).
     """
-    if not (request.adaptive_k and request.speculative) or request.tree is not None:
+    if not (request.adaptive_k and request.speculative) or request.tree is not None or request.prediction_ids:
         return None
     max_k = request.num_draft_tokens
     least = request.min_draft_tokens
@@ -146,6 +160,7 @@ def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:
     bad = next((token for token in request.prompt_ids if not 0 <= token < vocab_size), None)
     if bad is not None:
         raise InvalidRequestError("prompt_ids", f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    request.penalties.check_vocab(vocab_size, "penalties.logit_bias")
     prompt_tokens, context = len(request.prompt_ids), target.max_context
     if prompt_tokens >= context:
         raise InvalidRequestError("prompt", f"the prompt has {prompt_tokens} tokens but the model's context is {context} tokens")
