@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.tool_protocol import FunctionTool, NamedToolChoice, ToolChoice
 from specdec.tool_format import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
@@ -55,3 +56,7 @@ def call_grammar(tools: list[FunctionTool], choice: ToolChoice | None, parallel:
     return "\n".join([f"start: call{repeat}",
                       f"call: {json.dumps(TOOL_CALL_OPEN + chr(10))} body {json.dumps(chr(10) + TOOL_CALL_CLOSE)}",
                       f"body: %json {json.dumps(schema)}", ""])
+
+
+def forces_call(request: ChatCompletionRequest | CompletionRequest) -> bool:
+    return isinstance(request, ChatCompletionRequest) and bool(forced_functions(request.active_tools, request.tool_choice))
