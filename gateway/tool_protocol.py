@@ -11,6 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 MAX_TOOLS = 128  # OpenAI's own limit
 
 
+class _Closed(BaseModel):
+    """A field it does not know is a 400 naming it (nothing silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 def check_json_schema(schema: dict) -> dict:
     """`schema` against its draft's meta-schema ($schema, else the newest jsonschema knows)."""
     if not isinstance(schema.get("$schema", ""), str):
@@ -23,9 +29,7 @@ def check_json_schema(schema: dict) -> dict:
     return schema
 
 
-class FunctionDefinition(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FunctionDefinition(_Closed):
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] | None = Field(None, description="a JSON schema of the arguments object")
@@ -46,23 +50,17 @@ class FunctionDefinition(BaseModel):
         return self.parameters if self.parameters is not None else {"type": "object"}
 
 
-class FunctionTool(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FunctionTool(_Closed):
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class FunctionName(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FunctionName(_Closed):
     name: str
 
 
-class NamedToolChoice(BaseModel):
+class NamedToolChoice(_Closed):
     """tool_choice naming the function the model must call."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["function"]
     function: FunctionName
@@ -71,17 +69,13 @@ class NamedToolChoice(BaseModel):
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
-class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FunctionCall(_Closed):
     name: str
     arguments: str = Field(description="JSON text")
 
 
-class ToolCall(BaseModel):
+class ToolCall(_Closed):
     """A call in an assistant message, as a response gave it (sent back in the conversation)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     id: str
     type: Literal["function"] = "function"
