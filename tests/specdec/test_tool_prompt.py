@@ -15,7 +15,8 @@ SMOLLM2_TOKENIZER = "specdec/assets/smollm2-135m-instruct-draft"
 # A template in the style of Qwen2.5's: it renders `tools` and calls itself (arguments as objects), and
 # asks for calls in <tool_call> tags.
 TOOLS_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %} {{ tool.function.name }}{% endfor %} in <tool_call><|im_end|>\n{% endif %}"
+    "{% if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %} {{ tool.function.name }}{% endfor %}"
+    " in <tool_call><|im_end|>\n{% endif %}"
     "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}"
     "{% for call in message.tool_calls or [] %}"
     "CALL {{ call.function.name }} {{ call.function.arguments | tojson }} ID {{ call.id }}{% endfor %}"
