@@ -30,7 +30,7 @@ from specdec.models import LoadedModel, load_model
 from specdec.noise import keyed_gumbel
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, processed_probs, sparse_top_k
-from specdec.tiny_pair import make_tiny_pair
+from specdec.cli.tiny_pair import make_tiny_pair
 
 CUDA = torch.device("cuda:0")
 

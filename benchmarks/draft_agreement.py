@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.bench import DEFAULT_PROMPTS, load_prompts
+from specdec.cli.bench import DEFAULT_PROMPTS, load_prompts
 from specdec.default_models import pair_or_default
 from specdec.drafters.gguf import GgufDrafter, GgufSequence
 from specdec.drafters.ngram import lookup_continuation

@@ -12,7 +12,7 @@ import argparse
 import json
 import time
 
-from specdec.bench import DEFAULT_PROMPTS
+from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import yaml
 
-from specdec.launcher import Stack, UpPlan, start_all
-from specdec.tiny_pair import make_tiny_pair
+from specdec.cli.launcher import Stack, UpPlan, start_all
+from specdec.cli.tiny_pair import make_tiny_pair
 
 
 def free_port() -> int:

@@ -90,7 +90,7 @@ def _pair(args: argparse.Namespace) -> tuple[str, str]:
         from specdec.default_models import pair_or_default
 
         return pair_or_default(args.target, args.draft)
-    from specdec.tiny_pair import make_tiny_pair
+    from specdec.cli.tiny_pair import make_tiny_pair
 
     pair = make_tiny_pair(tempfile.mkdtemp())
     return str(pair.target), str(pair.draft)

@@ -12,7 +12,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 @pytest.fixture(scope="session")
 def tiny_pair_paths(tmp_path_factory):
-    from specdec.tiny_pair import make_tiny_pair
+    from specdec.cli.tiny_pair import make_tiny_pair
 
     return make_tiny_pair(tmp_path_factory.mktemp("tiny-pair"))
 

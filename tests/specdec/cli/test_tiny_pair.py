@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdec.tiny_pair import TinyPairPaths, make_tiny_pair
+from specdec.cli.tiny_pair import TinyPairPaths, make_tiny_pair
 
 SENTENCE = (
     "Once upon a time the people who lived by the river walked to the market, "

@@ -19,7 +19,7 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from specdec.bench import Gateway
+from specdec.cli.bench import Gateway
 from specdec.lossless_stats import POWER, SIGNIFICANCE, Outcome, detectable_tv, joint_test
 
 PROMPTS = [

@@ -71,7 +71,7 @@ def default_pair_paths(tiny: bool = False) -> DefaultPair:
                   "(slower; `pip install 'specdec[llama]'` for the GGUF draft, see the README)", file=sys.stderr)
             return DefaultPair(target, str(DRAFT_DIR), None)
         return DefaultPair(target, str(default_draft_gguf(models_dir())), "gguf", _GGUF_PAIR_FLAGS)
-    from specdec.tiny_pair import make_tiny_pair
+    from specdec.cli.tiny_pair import make_tiny_pair
 
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
     if not (root / "target" / "config.json").is_file() or not (root / "draft" / "config.json").is_file():

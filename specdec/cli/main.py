@@ -1,4 +1,4 @@
-"""The `specdec` command line. Every command takes --config FILE; flags override the file."""
+"""The `specdec` command line (argument parsing). Every command takes --config FILE; flags override the file."""
 
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     # make-draft's bars are its progress output (shown on a terminal only: disable=None).
     if args.command != "make-draft":
         os.environ.setdefault("TQDM_DISABLE", "1")
-    from specdec import commands  # deferred: torch/transformers load only for commands that need them
+    from specdec.cli import commands  # deferred: torch/transformers load only for commands that need them
 
     handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
                 "up": commands.up, "healthcheck": commands.healthcheck,

@@ -24,7 +24,7 @@ from specdec.errors import SpecdecError
 
 # The Spec-Bench prompt set next to the checkout (../shared from the repository root).
 # A copy of the Spec-Bench questions (Apache-2.0, see benchmarks/spec-bench/SOURCE.md): a test set, never trained on.
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[1] / "benchmarks" / "spec-bench" / "question.jsonl"
+DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "benchmarks" / "spec-bench" / "question.jsonl"
 MODES = ("on", "off")
 PERCENTILES = (50, 90, 99)
 
@@ -324,7 +324,7 @@ def run_bench(options: BenchOptions) -> dict:
                            "requests": [{k: v for k, v in asdict(r).items() if k != "itl_s"} for r in records]})
         baselines = {}
         if options.baseline == "hf":
-            from specdec.bench_hf import hf_baseline
+            from specdec.cli.bench_hf import hf_baseline
 
             baselines["hf"] = hf_baseline(options, [p for i, p in enumerate(prompts) if i not in refused], bar)
     if len(refused) == len(prompts):
@@ -392,7 +392,7 @@ def render_markdown(results: dict) -> str:
 def _render_baselines(results: dict) -> list[str]:
     if not (results.get("baselines") or {}).get("hf"):
         return []
-    from specdec.bench_hf import render_hf
+    from specdec.cli.bench_hf import render_hf
 
     return render_hf(results)
 

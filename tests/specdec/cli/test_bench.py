@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.bench import (
+from specdec.cli.bench import (
     DEFAULT_PROMPTS,
     BenchOptions,
     Record,

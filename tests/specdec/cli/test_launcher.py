@@ -14,7 +14,7 @@ import time
 import grpc
 import httpx
 
-from specdec.launcher import PairTuning, default_pair_tuning
+from specdec.cli.launcher import PairTuning, default_pair_tuning
 from specdec.v1 import common_pb2, draft_pb2_grpc
 
 
@@ -126,7 +126,7 @@ def test_without_llama_cpp_the_default_pair_drafts_with_the_distilled_draft(monk
     import importlib.util
 
     from specdec.default_models import DRAFT_DIR
-    from specdec.launcher import default_pair_paths
+    from specdec.cli.launcher import default_pair_paths
 
     monkeypatch.setenv("SPECDEC_MODELS_DIR", str(default_target_dir.parent))
     pair = default_pair_paths()

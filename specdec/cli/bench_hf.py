@@ -80,8 +80,8 @@ def hf_baseline(options, prompts: list, bar) -> dict:
 
 def render_hf(results: dict) -> list[str]:
     """specdec through the whole stack at concurrency 1 beside HF generate() in-process, per category."""
-    from specdec.bench import _fmt as fmt
-    from specdec.bench import _table as table
+    from specdec.cli.bench import _fmt as fmt
+    from specdec.cli.bench import _table as table
 
     hf = (results.get("baselines") or {}).get("hf")
     single = next((level for level in results["levels"] if level["concurrency"] == 1), None)

@@ -1,4 +1,4 @@
-"""Implementations of the CLI commands (argument parsing lives in cli.py)."""
+"""Implementations of the CLI commands (argument parsing lives in main.py)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _print_human(result, elapsed: float) -> None:
 
 
 def make_tiny_pair(args: argparse.Namespace) -> int:
-    from specdec.tiny_pair import make_tiny_pair as build
+    from specdec.cli.tiny_pair import make_tiny_pair as build
 
     _quiet_transformers("info")
     paths = build(args.directory, seed=args.seed)
@@ -216,7 +216,7 @@ def _exit_cleanly(signum, frame) -> None:
 
 
 def up(args: argparse.Namespace) -> int:
-    from specdec.launcher import UpPlan, run_up
+    from specdec.cli.launcher import UpPlan, run_up
 
     config_file = args.config or os.environ.get("SPECDEC_CONFIG")
     if config_file:
@@ -290,7 +290,7 @@ def memory_plan(args: argparse.Namespace) -> int:
 
 def check_lossless(args: argparse.Namespace) -> int:
     from specdec.errors import SpecdecError
-    from specdec.lossless_check import REJECTION_PROMPTS, USEFUL_TV, best_case_detectable_tv, run
+    from specdec.cli.lossless_check import REJECTION_PROMPTS, USEFUL_TV, best_case_detectable_tv, run
     from specdec.lossless_stats import POWER, SIGNIFICANCE
 
     if args.samples < REJECTION_PROMPTS:
@@ -310,7 +310,7 @@ def check_lossless(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace) -> int:
     import shlex
 
-    from specdec.bench import DEFAULT_PROMPTS, BenchOptions, parse_int_list, render_markdown, run_bench
+    from specdec.cli.bench import DEFAULT_PROMPTS, BenchOptions, parse_int_list, render_markdown, run_bench
     from specdec.errors import SpecdecError
 
     if args.limit < 1 or args.max_tokens < 1:

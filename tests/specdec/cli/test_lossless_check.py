@@ -14,7 +14,7 @@ from specdec import target_session
 from specdec.acceptance import RoundVerdict
 from specdec.cli import main
 from specdec.drafters import NgramDrafter
-from specdec.lossless_check import PROMPTS, LosslessCheck, run
+from specdec.cli.lossless_check import PROMPTS, LosslessCheck, run
 
 CHECK_ARGS = ["--prompts", "3", "--max-tokens", "12"]
 
