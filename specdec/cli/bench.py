@@ -20,6 +20,8 @@ from pathlib import Path
 
 import httpx
 
+from specdec.cli.markdown import fmt as _fmt
+from specdec.cli.markdown import table as _table
 from specdec.errors import SpecdecError
 
 # The Spec-Bench prompt set next to the checkout (../shared from the repository root).
@@ -346,14 +348,6 @@ def write_outputs(results: dict, out: Path, plot: bool) -> None:
     (out / "results.md").write_text(render_markdown(results))
     if plot:
         plot_speedup(results, out / "speedup.png")
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _table(header: list[str], rows: list[list]) -> list[str]:
-    return ["", *("| " + " | ".join(str(cell) for cell in row) + " |" for row in [header, ["---"] * len(header), *rows])]
 
 
 DRAFTED_COLUMNS = ["on requests that drafted", "their mean acceptance"]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdec.cli.markdown import fmt, table
 from specdec.errors import SpecdecError
 
 HF_MODES = ("assisted", "target_only")
@@ -80,9 +81,6 @@ def hf_baseline(options, prompts: list, bar) -> dict:
 
 def render_hf(results: dict) -> list[str]:
     """specdec through the whole stack at concurrency 1 beside HF generate() in-process, per category."""
-    from specdec.cli.bench import _fmt as fmt
-    from specdec.cli.bench import _table as table
-
     hf = (results.get("baselines") or {}).get("hf")
     single = next((level for level in results["levels"] if level["concurrency"] == 1), None)
     if not hf or single is None:
