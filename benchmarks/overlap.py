@@ -26,7 +26,7 @@ import urllib.request
 
 from service_processes import free_port, spawn_service, wait_serving
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 
 PROMPTS = ["Explain how a bicycle's gears make it easier to ride up a hill.", "Write a short story about a lighthouse keeper.",
            "List five uses of a paperclip and explain each.", "Describe the water cycle to a ten-year-old."]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 
 
 def free_port() -> int:

@@ -17,7 +17,7 @@ import tempfile
 
 from service_processes import free_port, spawn_service, wait_serving
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.cli.tiny_pair import make_tiny_pair
 
 

@@ -17,11 +17,11 @@ from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
-from specdec.metrics import ServiceMetrics
+from specdec.serving.metrics import ServiceMetrics
 from specdec.models import LoadedModel
-from specdec.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
-from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
-from specdec.rpc.streams import StreamGate
+from specdec.serving.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
+from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
+from specdec.serving.rpc.streams import StreamGate
 from specdec.tree import TreeShape
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 

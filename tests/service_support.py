@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 
 # One core per service: on a 2-core host they stand in for separate hosts, and idle OpenMP
 # workers spinning after a forward pass would otherwise steal the other services' core.

@@ -19,7 +19,7 @@ import grpc
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.enums import AcceptanceMode
 from specdec.errors import DraftUnavailableError, InvalidRequestError
-from specdec.rpc.convert import acceptance_to_proto, block_from_proto, sampling_to_proto
+from specdec.serving.rpc.convert import acceptance_to_proto, block_from_proto, sampling_to_proto
 from specdec.v1 import draft_pb2, draft_pb2_grpc  # noqa: F401 -- stub type in signatures
 
 log = logging.getLogger(__name__)

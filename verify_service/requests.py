@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 from specdec.enums import AcceptanceMode, SpeculationPolicy
 from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
 from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
-from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
+from specdec.serving.rpc.convert import acceptance_from_proto, sampling_from_proto
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64

@@ -13,19 +13,19 @@ import grpc
 
 from specdec.batching import SequenceRunner, default_runner
 from specdec.batching.service import service_batching
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
-from specdec.metrics import ServiceMetrics
+from specdec.serving.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
 from specdec.request import GenerationStats
-from specdec.rpc.convert import block_from_proto, vocab_fingerprint
-from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
-from specdec.rpc.streams import StreamGate
+from specdec.serving.rpc.convert import block_from_proto, vocab_fingerprint
+from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
+from specdec.serving.rpc.streams import StreamGate
 from specdec.target_session import TargetSession
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter

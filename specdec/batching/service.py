@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 
 from specdec.batching.metrics import BatchMetrics
 from specdec.batching.runner import BatchingOptions
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 
 
 def service_batching(config: SpecdecConfig, service: str, registry: CollectorRegistry) -> BatchingOptions:

@@ -12,7 +12,7 @@ import time
 
 import yaml
 
-from specdec.config import SpecdecConfig, TlsSection, load_config
+from specdec.serving.config import SpecdecConfig, TlsSection, load_config
 
 
 def configure_logging(level: str) -> None:
@@ -163,8 +163,8 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
 def serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from specdec.telemetry import configure_logging as configure_service_logging
-    from specdec.telemetry import setup_tracing
+    from specdec.serving.telemetry import configure_logging as configure_service_logging
+    from specdec.serving.telemetry import setup_tracing
 
     config = load_config(args.config, _serve_overrides(args))
     configure_service_logging(config.observability.log_level, json_lines=config.observability.log_format == "json")
@@ -247,7 +247,7 @@ def _probe_grpc(address: str, timeout: float, tls: TlsSection, server_name: str 
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from specdec.rpc.tls import channel_credentials, probe_tls
+    from specdec.serving.rpc.tls import channel_credentials, probe_tls
 
     client_tls = probe_tls(tls)
     if client_tls is None:

@@ -245,7 +245,7 @@ def _announce(plan: UpPlan) -> None:
 def _any_api_key(plan: UpPlan) -> str | None:
     """One of the keys the gateway accepts ($SPECDEC_API_KEYS or the config's keys file), or None."""
     from gateway.auth import ApiKeys
-    from specdec.config import load_config
+    from specdec.serving.config import load_config
 
     keys = ApiKeys.from_environment(load_config(plan.config_file).serving.api_keys_file).current()
     return min(keys) if keys else None

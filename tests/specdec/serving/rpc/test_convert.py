@@ -10,7 +10,7 @@ import torch
 from specdec.drafters import DraftBlock
 from specdec.enums import AcceptanceMode, TokenSource
 from specdec.errors import InvalidRequestError
-from specdec.rpc.convert import (
+from specdec.serving.rpc.convert import (
     acceptance_from_proto,
     acceptance_to_proto,
     block_from_proto,

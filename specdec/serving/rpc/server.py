@@ -16,12 +16,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
-from specdec.config import TlsSection
+from specdec.serving.config import TlsSection
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError
-from specdec.metrics import ServiceMetrics
-from specdec.rpc.tls import channel_credentials, server_credentials
-from specdec.rpc.undecodable import RefuseUndecodable
-from specdec.telemetry import grpc_client_interceptors, grpc_server_interceptors
+from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.rpc.tls import channel_credentials, server_credentials
+from specdec.serving.rpc.undecodable import RefuseUndecodable
+from specdec.serving.telemetry import grpc_client_interceptors, grpc_server_interceptors
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from specdec.client import VerifyClient
-from specdec.config import SpecdecConfig, TlsSection
+from specdec.cli.client import VerifyClient
+from specdec.serving.config import SpecdecConfig, TlsSection
 
 TIMEOUT = 30
 
@@ -130,7 +130,7 @@ def test_plaintext_client_is_refused(tls_verify_server):
 
 
 def test_draft_refuses_a_client_without_a_certificate(tls_draft_server, certs):
-    from specdec.rpc.server import channel_credentials
+    from specdec.serving.rpc.server import channel_credentials
     from specdec.v1 import common_pb2, draft_pb2_grpc
 
     for tls, reachable in ((_client_tls(certs), True), (_client_tls(certs, with_client_cert=False), False)):

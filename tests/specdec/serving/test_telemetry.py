@@ -17,8 +17,8 @@ import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from specdec.client import VerifyClient
-from specdec.telemetry import JsonFormatter
+from specdec.cli.client import VerifyClient
+from specdec.serving.telemetry import JsonFormatter
 
 
 class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
@@ -166,7 +166,7 @@ def test_json_formatter_is_one_object_per_line():
 
 
 def test_access_lines_keep_the_path_and_drop_the_query_string():
-    from specdec.telemetry import PathsOnly
+    from specdec.serving.telemetry import PathsOnly
 
     record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
                                ("127.0.0.1:5000", "GET", "/v1/models?api_key=sk-secret&x=1", "1.1", 401), None)

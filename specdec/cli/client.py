@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from specdec.config import TlsSection
-from specdec.rpc.server import CHANNEL_OPTIONS, channel_credentials
+from specdec.serving.config import TlsSection
+from specdec.serving.rpc.server import CHANNEL_OPTIONS, channel_credentials
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 _SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p"}

@@ -11,7 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from service_support import free_port
 
-from specdec.rpc.server import aio_channel
+from specdec.serving.rpc.server import aio_channel
 
 OUTAGE_S = 20  # long enough that the default backoff's next attempt is ~6 s after the peer returns
 

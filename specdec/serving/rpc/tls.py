@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 
-from specdec.config import TlsSection
+from specdec.serving.config import TlsSection
 from specdec.errors import SpecdecError
 
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from specdec.config import DraftMethod, Verification, load_config
+from specdec.serving.config import DraftMethod, Verification, load_config
 from specdec.errors import SpecdecError
 
 SEED_YAML = """\
@@ -133,9 +133,9 @@ def test_missing_file_names_the_path(tmp_path):
 def test_every_setting_is_in_the_readme_reference_table():
     from pathlib import Path
 
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     table = readme[readme.index("## Configuration reference"):readme.index("### Memory plan")]
     missing = [f"{section}.{name}" for section, field in SpecdecConfig.model_fields.items()
                for name in field.annotation.model_fields if f"`{section}.{name}`" not in table]
