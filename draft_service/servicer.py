@@ -17,6 +17,7 @@ from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
+from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.serving.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
@@ -59,7 +60,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
     def set_drafter(self, loaded: LoadedDrafter) -> None:
         self._status = loaded.status()
         if loaded.model is not None:
-            self.metrics.track_cuda(loaded.model.device)
+            track_cuda(self.metrics, loaded.model.device)
         if self.batching is not None:
             loaded = LoadedDrafter(loaded.drafter.batched(self.batching), loaded.model)
         self.loaded = loaded

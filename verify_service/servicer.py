@@ -18,6 +18,7 @@ from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
+from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
@@ -59,7 +60,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
         self.fingerprint = vocab_fingerprint(target.tokenizer)
         self.max_prompt_chars = max_prompt_chars(target.tokenizer, target.max_context)
-        self.metrics.track_cuda(target.device)
+        track_cuda(self.metrics, target.device)
         self.drafter = drafter
         self.runner = default_runner(target.model, service_batching(self.config, "verify", self.metrics.registry))
         settings = self.config.verify_service

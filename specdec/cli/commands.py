@@ -168,10 +168,10 @@ def serve(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, _serve_overrides(args))
     configure_service_logging(config.observability.log_level, json_lines=config.observability.log_format == "json")
-    _quiet_transformers(config.observability.log_level)
     setup_tracing(f"specdec-{args.service}")
     if args.service == "gateway":
-        return _serve_gateway(config)
+        return _serve_gateway(config)  # no torch or transformers in the gateway process
+    _quiet_transformers(config.observability.log_level)
     import torch
 
     threads = (config.draft_service if args.service == "draft" else config.verify_service).cpu_threads

@@ -1,7 +1,8 @@
 """Prometheus metrics shared by the services, named after vLLM's spec-decode counters.
 
 Each service process owns one `ServiceMetrics` (its own registry): draft and verify serve it on
-their metrics port, the gateway on /metrics. Derived in PromQL:
+their metrics port, the gateway on /metrics. No torch here: the gateway imports this module;
+the model services add CUDA memory with device_metrics.track_cuda. Derived in PromQL:
   acceptance rate      = rate(specdec_spec_decode_num_accepted_tokens_total[5m])
                          / rate(specdec_spec_decode_num_draft_tokens_total[5m])
   mean accepted length = 1 + rate(..._num_accepted_tokens_total[5m]) / rate(..._num_drafts_total[5m])
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import resource
 
-import torch
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -67,15 +67,6 @@ class ServiceMetrics:
         self.load_policy_drafting = Gauge("specdec_load_policy_drafting",
                                           "1 while the load-aware policy lets sessions draft, 0 while it runs plain target steps",
                                           registry=registry)
-
-    def track_cuda(self, device: torch.device) -> None:
-        """Export allocated / reserved / total memory of a CUDA device (read at scrape time)."""
-        if device.type != "cuda":
-            return
-        name = str(device)
-        self.model_memory.labels(name, "allocated").set_function(lambda: torch.cuda.memory_allocated(device))
-        self.model_memory.labels(name, "reserved").set_function(lambda: torch.cuda.memory_reserved(device))
-        self.device_memory_total.labels(name).set(torch.cuda.get_device_properties(device).total_memory)
 
     def record_round(self, num_candidates: int, num_accepted: int) -> None:
         self.target_forwards.inc()
