@@ -68,7 +68,7 @@ def default_pair_paths(tiny: bool = False) -> DefaultPair:
         target = str(ensure_default_target(models_dir()))
         if importlib.util.find_spec("llama_cpp") is None:
             print("specdec up: llama-cpp-python is not installed, so the default pair drafts with the distilled draft "
-                  "(slower; `pip install 'specdec[llama]'` for the GGUF draft, see the README)", file=sys.stderr)
+                  "(slower; `pip install 'specdec[llama]'` for the GGUF draft, see docs/configuration.md)", file=sys.stderr)
             return DefaultPair(target, str(DRAFT_DIR), None)
         return DefaultPair(target, str(default_draft_gguf(models_dir())), "gguf", _GGUF_PAIR_FLAGS)
     from specdec.cli.tiny_pair import make_tiny_pair
@@ -157,18 +157,22 @@ class _DraftSide:
 
 
 def _draft_side(plan: UpPlan) -> _DraftSide:
-    """The draft service's flags: the given models, or the default pair with its flags and (on CPU) its tuning."""
+    """The draft service's flags: the given models, or the default pair with its flags and (on CPU) its
+    tuning, where the config file (if any) does not set those settings itself."""
     target, draft, method, flags = plan.target, plan.draft, plan.draft_method, []
     num_draft_tokens = plan.num_draft_tokens
-    if target is None and plan.config_file is None:
+    config = _file_config(plan)
+    default_pair = target is None and config.model.target_path is None
+    if default_pair:
         pair = default_pair_paths(plan.tiny)
         target = pair.target
         if draft is None:
             draft, method, flags = pair.draft, method or pair.draft_method, list(pair.draft_flags)
         tuning = None if plan.tiny else default_pair_tuning(method)
         if tuning is not None:
-            flags += tuning.draft_flags
-            num_draft_tokens = num_draft_tokens or tuning.num_draft_tokens
+            flags += [flag for flag in tuning.draft_flags if not (flag.startswith("--gguf-threads") and config.model.gguf_threads)]
+            if "draft_tokens" not in config.speculative.model_fields_set:
+                num_draft_tokens = num_draft_tokens or tuning.num_draft_tokens
     args = [*(["--draft-method", method] if method else []), *flags]
     args += [f"--gguf-threads={plan.gguf_threads}"] if plan.gguf_threads else []
     args += [f"--draft={draft}"] if draft else []
@@ -176,8 +180,15 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     args += [f"--target={target}"] if target and method in ("layer_skip", "gguf") else []
     # One host: a small draft on one thread leaves the other cores to the target, and two
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
-    args += ["--cpu-threads", "1"] if plan.config_file is None else []
+    args += ["--cpu-threads", "1"] if (default_pair or plan.config_file is None) and config.draft_service.cpu_threads is None else []
     return _DraftSide(target, args, num_draft_tokens)
+
+
+def _file_config(plan: UpPlan):
+    """The settings of the config file (and SPECDEC_* env); a file without a target serves the default pair."""
+    from specdec.serving.config import load_config
+
+    return load_config(plan.config_file)
 
 
 def start_all(stack: Stack, plan: UpPlan) -> None:
