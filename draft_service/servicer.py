@@ -14,8 +14,9 @@ from opentelemetry import trace
 from specdec.batching import BatchingOptions
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
+from specdec.acceptance_modes import TREE_REFUSAL, rule
 from specdec.enums import AcceptanceMode
-from specdec.errors import InvalidRequestError, SpecdecError
+from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
 from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import ServiceMetrics
@@ -192,8 +193,8 @@ def _tree_shape(opening: draft_pb2.ProposeOpen) -> TreeShape | None:
         return None
     if not opening.tree_branching or not opening.tree_nodes or opening.tree_nodes > MAX_TREE_NODES:
         raise InvalidRequestError("open.tree_nodes", f"a tree needs tree_branching >= 1 and 1 <= tree_nodes <= {MAX_TREE_NODES}")
-    if acceptance_from_proto(opening.acceptance, "open.acceptance") in (None, AcceptanceMode.REJECTION):
-        raise InvalidRequestError("open.acceptance", "token trees are drafted for greedy and coupled acceptance only")
+    if not rule(acceptance_from_proto(opening.acceptance, "open.acceptance") or AcceptanceMode.REJECTION).verifies_trees:
+        raise InvalidRequestError("open.acceptance", TREE_REFUSAL)
     return TreeShape(opening.tree_branching, opening.tree_nodes)
 
 
@@ -215,6 +216,4 @@ class SequenceCheck:
         self.length += num_accepted + len(token_ids)
         if self.length > self.max_context:
             raise InvalidRequestError(field, f"the sequence would have {self.length} tokens, past the draft model's context of {self.max_context}")
-        bad = next((token for token in token_ids if not 0 <= token < self.vocab_size), None)
-        if bad is not None:
-            raise InvalidRequestError(field, f"token id {bad} is outside the vocabulary [0, {self.vocab_size})")
+        check_token_ids(token_ids, self.vocab_size, field)

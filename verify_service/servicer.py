@@ -14,7 +14,7 @@ import grpc
 from specdec.batching import SequenceRunner, default_runner
 from specdec.batching.service import service_batching
 from specdec.serving.config import SpecdecConfig
-from specdec.enums import AcceptanceMode
+from specdec.acceptance_modes import rule
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
@@ -176,7 +176,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             if len(message.block.token_ids) > session.draft_budget():
                 raise InvalidRequestError("block.token_ids", f"{len(message.block.token_ids)} candidates, but this round's budget is "
                                                              f"{session.draft_budget()} (max_candidates)")
-            block = await run_in_thread(self.prep, block_from_proto, message.block, session.target.vocab_size, session.mode is AcceptanceMode.REJECTION)
+            block = await run_in_thread(self.prep, block_from_proto, message.block, session.target.vocab_size, rule(session.mode).needs_draft_probs)
             verdict, chunk = await self._run(session.step, block)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)

@@ -9,7 +9,7 @@ import sys
 
 from pydantic import ValidationError
 
-from specdec.errors import SpecdecError
+from specdec.errors import SpecdecError, describe_validation_error
 
 # Flags that override config keys, so errors about those keys can name the flag the user typed.
 _FLAG_FOR_FIELD = {
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except ValidationError as error:
-        return _fail("; ".join(f"{_field_name(item['loc'])}: {item['msg']}" for item in error.errors()))
+        return _fail(describe_validation_error(error.errors(), rename=lambda field: _FLAG_FOR_FIELD.get(field, field)))
     except SpecdecError as error:
         return _fail(str(error))
     except KeyboardInterrupt:
@@ -264,11 +264,6 @@ def _dispatch(args: argparse.Namespace) -> int:
                 "plan": commands.memory_plan, "check-lossless": commands.check_lossless,
                 "bench": commands.bench, "distill": commands.distill, "make-draft": commands.make_draft}
     return handlers[args.command](args)
-
-
-def _field_name(location: tuple) -> str:
-    dotted = ".".join(str(part) for part in location)
-    return _FLAG_FOR_FIELD.get(dotted, dotted)
 
 
 def _fail(message: str) -> int:

@@ -11,8 +11,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from specdec.acceptance_modes import TREE_DEFAULT, TREE_REFUSAL, rule
 from specdec.enums import AcceptanceMode
-from specdec.errors import SpecdecError
+from specdec.errors import SpecdecError, describe_validation_error
 
 if TYPE_CHECKING:
     from specdec.tree import TreeShape
@@ -87,12 +88,10 @@ class SpeculativeSection(_Section):
         if self.verification is not Verification.TREE:
             return self
         if "acceptance" not in self.model_fields_set:
-            # NOTE: the seed's config says `verification: tree` and no acceptance: trees default to
-            # coupled (lossless and token-identical per seed); rejection stays for chains.
-            self.acceptance = AcceptanceMode.COUPLED
-        elif self.acceptance is AcceptanceMode.REJECTION:
-            raise ValueError("verification tree needs acceptance coupled or greedy: set speculative.acceptance: coupled "
-                             "(token-identical to target-only per seed); acceptance rejection verifies chains only")
+            # `verification: tree` alone must work: the default acceptance (rejection) verifies chains only.
+            self.acceptance = TREE_DEFAULT
+        elif not rule(self.acceptance).verifies_trees:
+            raise ValueError(TREE_REFUSAL)
         if self.tree_nodes < self.draft_tokens:
             raise ValueError(f"tree_nodes ({self.tree_nodes}) is smaller than draft_tokens ({self.draft_tokens}): "
                              "the tree holds at least the draft_tokens-long chain")
@@ -252,7 +251,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, dict[str, A
         return _Configured(**{section: values for section, values in flags.items() if values})
     except ValidationError as error:
         where = f" (config file {path}, SPECDEC_* environment and flags)" if path else ""
-        raise SpecdecError(f"{describe_validation_error(error)}{where}") from error
+        raise SpecdecError(f"{describe_validation_error(error.errors())}{where}") from error
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -266,7 +265,3 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise SpecdecError(f"config file {path} must be a mapping of sections, got {type(data).__name__}")
     return data
 
-
-def describe_validation_error(error: ValidationError) -> str:
-    """One line per problem, each naming its field: 'speculative.draft_tokens: ...'."""
-    return "; ".join(f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors())

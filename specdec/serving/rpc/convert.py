@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode, TokenSource
-from specdec.errors import InvalidRequestError
+from specdec.errors import InvalidRequestError, check_token_ids, field_path
 from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, sparse_rows
 from specdec.tree import check_parents
 from specdec.v1 import common_pb2
@@ -53,7 +53,7 @@ def sampling_from_proto(message: common_pb2.SamplingParams, field: str = "sampli
         return SamplingParams(**values)
     except ValidationError as error:
         item = error.errors()[0]
-        raise InvalidRequestError(f"{field}.{item['loc'][0]}", item["msg"]) from error
+        raise InvalidRequestError(field_path(item["loc"], field), item["msg"]) from error
 
 
 def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
@@ -89,7 +89,7 @@ def block_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_
 
 def _candidates_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_draft_probs: bool, field: str) -> DraftBlock:
     candidates = list(message.token_ids)
-    _check_ids(candidates, vocab_size, f"{field}.token_ids")
+    check_token_ids(candidates, vocab_size, f"{field}.token_ids")
     if not candidates and not message.draft_probs and not message.parent_indices:
         return DraftBlock.empty()  # a target-only round (e.g. when the budget is 0)
     if message.parent_indices:
@@ -113,17 +113,11 @@ def _tree_block(message: common_pb2.CandidateBlock, candidates: list[int], needs
     return DraftBlock(torch.tensor(candidates, dtype=torch.long), tree_parents=parents)
 
 
-def _check_ids(token_ids: list[int], vocab_size: int, field: str) -> None:
-    bad = next((token for token in token_ids if not 0 <= token < vocab_size), None)
-    if bad is not None:
-        raise InvalidRequestError(field, f"token id {bad} is outside the vocabulary [0, {vocab_size})")
-
-
 def _checked_distribution(dist: common_pb2.SparseDistribution, candidate: int, vocab_size: int, field: str) -> tuple[list[int], list[float]]:
     token_ids, probs = list(dist.token_ids), list(dist.probs)
     if not token_ids or len(token_ids) != len(probs):
         raise InvalidRequestError(field, f"needs as many probs as token_ids and at least one (got {len(token_ids)} ids, {len(probs)} probs)")
-    _check_ids(token_ids, vocab_size, f"{field}.token_ids")
+    check_token_ids(token_ids, vocab_size, f"{field}.token_ids")
     if len(set(token_ids)) != len(token_ids):
         raise InvalidRequestError(f"{field}.token_ids", "duplicate token ids")
     if any(not math.isfinite(p) or p < 0 for p in probs):

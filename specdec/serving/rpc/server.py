@@ -17,7 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
 from specdec.serving.config import TlsSection
-from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError
+from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError, describe_validation_error
 from specdec.serving.metrics import ServiceMetrics
 from specdec.serving.rpc.tls import channel_credentials, server_credentials
 from specdec.serving.rpc.undecodable import RefuseUndecodable
@@ -123,7 +123,7 @@ _STATUS_FOR_ERROR = [
 async def abort_for(context: grpc.aio.ServicerContext, error: Exception) -> None:
     """The one place that maps core errors to gRPC statuses; unknown errors become INTERNAL."""
     if isinstance(error, ValidationError):
-        details = "; ".join(f"{'.'.join(str(p) for p in item['loc'])}: {item['msg']}" for item in error.errors())
+        details = describe_validation_error(error.errors())
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, details)
     for error_type, code in _STATUS_FOR_ERROR:
         if isinstance(error, error_type):
