@@ -1,4 +1,4 @@
-"""Build a ready-to-run generator from configuration: draft first, then target (the seed's order)."""
+"""Build a ready-to-run generator from configuration: draft first, then target."""
 
 from __future__ import annotations
 

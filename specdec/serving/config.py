@@ -1,4 +1,4 @@
-"""Configuration: a YAML file (the seed's format loads as written), SPECDEC_* env, then flags."""
+"""Configuration: a YAML file (the format DESIGN.md documents), SPECDEC_* env, then flags."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ class SpeculativeSection(_Section):
     @field_validator("acceptance_sampling")
     @classmethod
     def _lossless_stays_on(cls, value: bool) -> bool:
-        # The seed: the rejection-sampling switch is on by default and may not be turned off for speed.
+        # Lossless is the product: a config that turns the rejection-sampling switch off is refused, not ignored.
         if not value:
             raise ValueError("false would make outputs differ from the target model; specdec only serves lossless speculation")
         return value
@@ -142,7 +142,7 @@ class ServingSection(_Section):
 
 
 class ObservabilitySection(_Section):
-    metrics_port: int = Field(9090, ge=1, le=65535, description="the seed's field; services use their own metrics_port")
+    metrics_port: int = Field(9090, ge=1, le=65535, description="not read: each service has its own metrics_port; accepted so files in the documented format load")
     log_level: str = Field("info", pattern="^(debug|info|warning|error|critical)$")
     log_format: str = Field("json", pattern="^(json|text)$", description="services log one JSON object per line")
     log_content: bool = Field(False, description="include prompt and output text in the gateway's audit lines")

@@ -34,8 +34,8 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
-    # A peer that comes back is used within ~2 s: gRPC's default backoff grows to 120 s, which kept
-    # the gateway answering 503 for 20+ s after a 45 s verify outage had ended.
+    # A peer that comes back is used within ~2 s: gRPC's default backoff grows to 120 s, which would
+    # leave callers answering 503 for tens of seconds after the peer is back.
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 SERVER_OPTIONS = [

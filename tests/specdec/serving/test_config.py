@@ -1,4 +1,4 @@
-"""load_config: the seed's YAML as written, SPECDEC_* env, flag overrides, and one-line errors."""
+"""load_config: the documented YAML format as written, SPECDEC_* env, flag overrides, and one-line errors."""
 
 import os
 
