@@ -12,6 +12,7 @@ import time
 
 import yaml
 
+from specdec.cli.flags import config_overrides
 from specdec.serving.config import SpecdecConfig, TlsSection, load_config
 
 
@@ -28,19 +29,9 @@ def _quiet_transformers(log_level: str) -> None:
 
 
 def _config_from_generate_flags(args: argparse.Namespace) -> SpecdecConfig:
-    return load_config(args.config, {
-        "model": {
-            "target_path": args.target, "draft_path": args.draft, "draft_method": args.draft_method,
-            "layer_skip_layers": args.layer_skip_layers, "draft_quantization": args.draft_quantization,
-            "device": args.device, "draft_device": args.draft_device, "dtype": args.dtype,
-            "gguf_threads": args.gguf_threads, "gguf_context_tokens": args.gguf_context_tokens,
-        },
-        "speculative": {
-            "draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance, "adaptive_k": args.adaptive_k,
-            "enabled": False if args.no_speculation else None, "verification": args.verification,
-            "tree_branching": args.tree_branching, "tree_nodes": args.tree_nodes,
-        },
-    })
+    overrides = config_overrides(args)
+    overrides["speculative"]["enabled"] = False if args.no_speculation else None
+    return load_config(args.config, overrides)
 
 
 def generate(args: argparse.Namespace) -> int:
@@ -127,36 +118,10 @@ def config_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gateway_overrides(args: argparse.Namespace) -> dict[str, dict]:
-    return {
-        "serving": {"host": args.host, "port": args.port, "verify_endpoint": args.verify_endpoint, "served_model_name": args.served_model_name,
-                    "api_keys_file": args.api_keys_file, "max_concurrent_requests": args.max_concurrent_requests, "max_queue": args.max_queue},
-        "tls": {"ca_file": args.tls_ca},
-    }
-
-
 def _serve_overrides(args: argparse.Namespace) -> dict[str, dict]:
-    if args.service == "gateway":
-        return _gateway_overrides(args)
-    section = "draft_service" if args.service == "draft" else "verify_service"
-    overrides = {
-        "model": {"dtype": args.dtype},
-        section: {"host": args.host, "port": args.port, "max_sessions": args.max_sessions, "metrics_port": args.metrics_port,
-                  "cpu_threads": args.cpu_threads},
-        "tls": {"cert_file": args.tls_cert, "key_file": args.tls_key, "ca_file": args.tls_ca, "require_client_auth": args.tls_require_client_auth},
-    }
-    if args.service == "draft":
-        overrides["model"].update(draft_path=args.draft, target_path=args.target, draft_method=args.draft_method,
-                                  layer_skip_layers=args.layer_skip_layers, draft_quantization=args.draft_quantization,
-                                  draft_device=args.draft_device, prompt_lookup=args.prompt_lookup,
-                                  prompt_lookup_min_ngram=args.prompt_lookup_min_ngram, model_draft_tokens=args.model_draft_tokens,
-                                  gguf_threads=args.gguf_threads, gguf_context_tokens=args.gguf_context_tokens)
-        overrides[section]["overlap"] = args.overlap
-    else:
-        overrides["model"].update(target_path=args.target, device=args.device)
-        overrides[section].update(draft_endpoint="" if args.no_draft else args.draft_endpoint,
-                                  draft_round_timeout_ms=args.draft_round_timeout_ms)
-        overrides["speculative"] = {"draft_tokens": args.num_draft_tokens, "acceptance": args.acceptance, "adaptive_k": args.adaptive_k}
+    overrides = config_overrides(args, args.service)
+    if getattr(args, "no_draft", False):
+        overrides["verify_service"]["draft_endpoint"] = ""
     return overrides
 
 
@@ -280,9 +245,7 @@ def memory_plan(args: argparse.Namespace) -> int:
     from specdec.memory_plan import describe, plan
 
     _quiet_transformers("info")
-    config = load_config(args.config, {"model": {
-        "target_path": args.target, "draft_path": args.draft, "draft_method": args.draft_method, "layer_skip_layers": args.layer_skip_layers,
-        "draft_quantization": args.draft_quantization, "device": args.device, "draft_device": args.draft_device, "dtype": args.dtype}})
+    config = load_config(args.config, config_overrides(args))
     devices = plan(config)
     print(describe(devices))
     return 0 if all(device.sessions_that_fit >= 1 for device in devices) else 1

@@ -11,11 +11,10 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from specdec.cli.processes import grpc_serving, http_ok, spawn, wait_for
 from specdec.errors import SpecdecError
 
 START_TIMEOUT_S = 600.0  # a large model can take minutes to load
@@ -110,7 +109,7 @@ class Stack:
         self.children: list[tuple[str, subprocess.Popen]] = []
 
     def spawn(self, name: str, arguments: list[str]) -> subprocess.Popen:
-        process = subprocess.Popen([sys.executable, "-m", "specdec.cli", *arguments])
+        process = spawn(arguments)
         self.children.append((name, process))
         return process
 
@@ -198,43 +197,20 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
                           "--metrics-port", str(plan.draft_metrics_port)])
-    _wait_grpc("draft", stack, f"localhost:{plan.draft_port}")
+    _wait_healthy("draft", stack, partial(grpc_serving, f"localhost:{plan.draft_port}"))
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--host", LOOPBACK, "--port", str(plan.verify_port),
                            "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",
                            *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])])
-    _wait_grpc("verify", stack, f"localhost:{plan.verify_port}")
+    _wait_healthy("verify", stack, partial(grpc_serving, f"localhost:{plan.verify_port}"))
     stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}"])
-    _wait_http("gateway", stack, f"http://localhost:{plan.gateway_port}/ready")
+    _wait_healthy("gateway", stack, partial(http_ok, f"http://localhost:{plan.gateway_port}/ready"))
 
 
-def _wait_grpc(name: str, stack: Stack, address: str) -> None:
-    with grpc.insecure_channel(address) as channel:
-        health = health_pb2_grpc.HealthStub(channel)
-        _wait(name, stack, lambda: health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1).status == health_pb2.HealthCheckResponse.SERVING)
-
-
-def _wait_http(name: str, stack: Stack, url: str) -> None:
-    def ready() -> bool:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-
-    _wait(name, stack, ready)
-
-
-def _wait(name: str, stack: Stack, probe) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        failure = stack.failed_child()
-        if failure:
-            raise SpecdecError(f"{name} did not start: {failure}")
-        try:
-            if probe():
-                print(f"specdec up: {name} is healthy", file=sys.stderr)
-                return
-        except (grpc.RpcError, OSError):
-            pass
-        time.sleep(0.3)
-    raise SpecdecError(f"{name} was not healthy after {START_TIMEOUT_S:.0f}s")
+def _wait_healthy(name: str, stack: Stack, probe) -> None:
+    problem = wait_for(probe, START_TIMEOUT_S, stack.failed_child, interval_s=0.3)
+    if problem:
+        raise SpecdecError(f"{name} did not start: {problem}")
+    print(f"specdec up: {name} is healthy", file=sys.stderr)
 
 
 def _announce(plan: UpPlan) -> None:

@@ -4,50 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from pydantic import ValidationError
 
+from specdec.cli.flags import flag_for, name_flags
 from specdec.errors import SpecdecError, describe_validation_error
-
-# Flags that override config keys, so errors about those keys can name the flag the user typed.
-_FLAG_FOR_FIELD = {
-    "model.target_path": "--target",
-    "model.draft_path": "--draft",
-    "model.draft_method": "--draft-method",
-    "model.layer_skip_layers": "--layer-skip-layers",
-    "model.draft_quantization": "--draft-quantization",
-    "speculative.draft_tokens": "--num-draft-tokens",
-    "draft_service.port": "--port",
-    "verify_service.port": "--port",
-    "draft_service.max_sessions": "--max-sessions",
-    "verify_service.max_sessions": "--max-sessions",
-    "draft_service.cpu_threads": "--cpu-threads",
-    "draft_service.overlap": "--overlap",
-    "model.prompt_lookup": "--prompt-lookup",
-    "model.prompt_lookup_min_ngram": "--prompt-lookup-min-ngram",
-    "model.model_draft_tokens": "--model-draft-tokens",
-    "model.gguf_threads": "--gguf-threads",
-    "model.gguf_context_tokens": "--gguf-context-tokens",
-    "verify_service.cpu_threads": "--cpu-threads",
-    "verify_service.draft_round_timeout_ms": "--draft-round-timeout-ms",
-    "serving.port": "--port",
-    "serving.max_concurrent_requests": "--max-concurrent-requests",
-    "serving.max_queue": "--max-queue",
-    "speculative.acceptance": "--acceptance",
-    "speculative.adaptive_k": "--adaptive-k",
-    "speculative.verification": "--verification",
-    "speculative.tree_branching": "--tree-branching",
-    "speculative.tree_nodes": "--tree-nodes",
-    "temperature": "--temperature",
-    "top_p": "--top-p",
-    "top_k": "--top-k",
-    "min_p": "--min-p",
-    "max_tokens": "--max-tokens",
-    "seed": "--seed",
-}
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="Lossless speculative-decoding LLM inference.")
@@ -245,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except ValidationError as error:
-        return _fail(describe_validation_error(error.errors(), rename=lambda field: _FLAG_FOR_FIELD.get(field, field)))
+        return _fail(describe_validation_error(error.errors(), rename=flag_for))
     except SpecdecError as error:
         return _fail(str(error))
     except KeyboardInterrupt:
@@ -267,9 +229,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _fail(message: str) -> int:
-    for field, flag in _FLAG_FOR_FIELD.items():
-        message = re.sub(rf"(?<![-\w.]){re.escape(field)}:", f"{flag}:", message)
-    print(f"specdec: error: {message}", file=sys.stderr)
+    print(f"specdec: error: {name_flags(message)}", file=sys.stderr)
     return 1
 
 

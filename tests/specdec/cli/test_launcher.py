@@ -6,7 +6,6 @@ import contextlib
 import ipaddress
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,13 @@ import grpc
 import httpx
 
 from specdec.cli.launcher import PairTuning, default_pair_tuning
+from specdec.cli.processes import free_port
 from specdec.v1 import common_pb2, draft_pb2_grpc
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _ports() -> dict[str, int]:
-    return {"--gateway-port": _free_port(), "--draft-port": _free_port(), "--verify-port": _free_port(),
-            "--draft-metrics-port": _free_port(), "--verify-metrics-port": _free_port()}
+    return {"--gateway-port": free_port(), "--draft-port": free_port(), "--verify-port": free_port(),
+            "--draft-metrics-port": free_port(), "--verify-metrics-port": free_port()}
 
 
 @contextlib.contextmanager

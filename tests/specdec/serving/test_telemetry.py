@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from specdec.cli.client import VerifyClient
+from specdec.cli.processes import free_port
 from specdec.serving.telemetry import JsonFormatter
 
 
@@ -43,12 +43,6 @@ def _value(value):
     return getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def receiver():
     servicer = _Receiver()
@@ -65,7 +59,7 @@ def traced_stack(receiver, tiny_pair_paths, tmp_path_factory):
     _, otlp_port = receiver
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
            "OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-    ports = {name: _free_port() for name in ("draft", "verify", "gateway")}
+    ports = {name: free_port() for name in ("draft", "verify", "gateway")}
     logs = tmp_path_factory.mktemp("traced")
     commands = {
         "draft": ["draft", "--draft", str(tiny_pair_paths.draft), "--port", str(ports["draft"]), "--metrics-port", "0"],
