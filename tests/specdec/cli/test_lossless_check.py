@@ -10,7 +10,7 @@ import httpx
 import torch
 from service_support import free_port
 
-from specdec import target_session
+from specdec import acceptance_rounds
 from specdec.acceptance import RoundVerdict
 from specdec.cli import main
 from specdec.drafters import NgramDrafter
@@ -101,8 +101,8 @@ def test_a_verifier_that_keeps_every_draft_token_fails(make_draft_server, make_v
     draft = make_draft_server(NgramDrafter(), None)
     verify = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}")
     gateway = make_gateway(verify_endpoint=f"127.0.0.1:{verify.port}")
-    monkeypatch.setattr(target_session, "rejection_accept", _always_accept)
-    monkeypatch.setattr(target_session, "greedy_accept",
+    monkeypatch.setattr(acceptance_rounds, "rejection_accept", _always_accept)
+    monkeypatch.setattr(acceptance_rounds, "greedy_accept",
                         lambda candidates, probs: _always_accept(candidates, None, probs, torch.Generator()))
     check = LosslessCheck(gateway.url, None, None)
     repetitive = ["Repeat after me: the cat sat on the mat, the cat sat on the mat, the cat",
