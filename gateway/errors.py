@@ -50,8 +50,14 @@ def _validation_error(request: Request, error: RequestValidationError) -> JSONRe
     param = field_path(first.get("loc", ()), skip=("body",)) or None
     if first.get("type") == "json_invalid":
         return bad_request(f"the body is not valid JSON: {first.get('msg')}").response()
-    message = describe_validation_error(problems, skip=("body",))
+    message = describe_validation_error(problems, skip=("body",), reason=_reason)
     return bad_request(message, param).response()
+
+
+def _reason(problem: dict) -> str:
+    if problem.get("type") == "extra_forbidden":  # as OpenAI's API answers an unknown field
+        return "unrecognized request argument: this server does not support this field"
+    return str(problem.get("msg"))
 
 
 def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:

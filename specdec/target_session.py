@@ -20,8 +20,10 @@ from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import InvalidRequestError, check_token_ids
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
+from specdec.penalties import LogitsTransform, path_rows
 from specdec.request import GenerationRequest
 from specdec.sampling import processed_probs
+from specdec.tree import chain_parents
 
 
 class TargetSession:
@@ -41,6 +43,8 @@ class TargetSession:
         # One generator per request, on the CPU so a seed means the same tokens on any device.
         self.generator = torch.Generator().manual_seed(request.seed)
         self.draft_length = draft_length_controller(request)
+        # Penalties / logit_bias: part of the target distribution at every position; None when there are none.
+        self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, target.vocab_size, target.device)
 
     @property
     def finished(self) -> bool:
@@ -57,6 +61,8 @@ class TargetSession:
         With adaptive K this is the controller's choice for the round (num_draft_tokens bounds it).
         """
         wanted = self.draft_length.next_k() if self.draft_length is not None else self.request.num_draft_tokens
+        if self.request.prediction_ids:  # predicted blocks may be longer (drafters/prediction.py caps the others at K)
+            wanted = max(wanted, self.request.prediction_draft_tokens)
         return max(0, min(wanted, self.output.remaining - 1))
 
     def learn_from_round(self, info: RoundInfo) -> None:
@@ -88,13 +94,21 @@ class TargetSession:
         """
         parents = block.tree_parents
         logits = self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents)  # [n + 1, vocab]
-        target_probs = processed_probs(logits, self.request.sampling)  # [n + 1, vocab]
+        target_probs = processed_probs(self._transformed(logits, block), self.request.sampling)  # [n + 1, vocab]
         verdict = self.rounds.verify_tree(block.candidate_ids.to(logits.device), parents, target_probs, self._noise())
         self.lm.keep_path(verdict.accepted_nodes)
         return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
 
+    def _transformed(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The penalised logits at each position of the block, each from the tokens on its own path."""
+        if self.transform is None:
+            return logits
+        node_ids = block.candidate_ids.tolist()
+        parents = block.tree_parents if block.tree_parents is not None else chain_parents(len(node_ids))
+        return self.transform(logits, self.committed, node_ids, path_rows(parents))
+
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
-        target_probs = processed_probs(logits, self.request.sampling)  # [k + 1, vocab]
+        target_probs = processed_probs(self._transformed(logits, block), self.request.sampling)  # [k + 1, vocab]
         draft_probs = block.draft_probs if block.draft_probs is not None else DraftBlock.empty().draft_probs
         return self.rounds.verify_chain(block.candidate_ids, draft_probs, target_probs, self._noise())
 
@@ -115,9 +129,10 @@ def round_sources(block: DraftBlock, verdict: RoundVerdict) -> list[TokenSource]
 def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:
     """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens.
 
-    Chains only: its model counts a round's candidates as one path, which a token tree is not.
+    Chains only: its model counts a round's candidates as one path, which a token tree is not. Not
+    with a prediction either: predicted blocks have their own length (prediction_draft_tokens).
     """
-    if not (request.adaptive_k and request.speculative) or request.tree is not None:
+    if not (request.adaptive_k and request.speculative) or request.tree is not None or request.prediction_ids:
         return None
     max_k = request.num_draft_tokens
     least = request.min_draft_tokens
@@ -129,6 +144,7 @@ def draft_length_controller(request: GenerationRequest) -> DraftLengthController
 def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:
     """Refuse prompts with ids the model does not have, or that overflow its context."""
     check_token_ids(request.prompt_ids, target.vocab_size, "prompt_ids")
+    request.penalties.check_vocab(target.vocab_size, "penalties.logit_bias")
     prompt_tokens, context = len(request.prompt_ids), target.max_context
     if prompt_tokens >= context:
         raise InvalidRequestError("prompt", f"the prompt has {prompt_tokens} tokens but the model's context is {context} tokens")

@@ -16,6 +16,7 @@ import torch
 
 from specdec.batching import BatchingOptions
 from specdec.enums import AcceptanceMode, TokenSource
+from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams, SparseDistribution
 from specdec.tree import TreeShape, check_root_path, tree_depth
 
@@ -31,6 +32,8 @@ class DraftRequest:
     vocab_size: int  # width of the target's logits; draft q is over the same ids
     draft_top_k: int = 32
     tree: TreeShape | None = None  # verification=tree: the tree a session may propose; None: chains only
+    penalties: Penalties = Penalties()  # the target's transform, applied to q too so more candidates are accepted
+    prediction_ids: tuple[int, ...] = ()  # OpenAI predicted outputs (drafters/prediction.py); empty: none
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from specdec.batching import BatchingOptions, SequenceRunner, default_runner
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.drafters.tree_draft import TreeRanking, draft_tree
 from specdec.kv_cache import PrefixCache
+from specdec.penalties import LogitsTransform
 from specdec.sampling import SparseDistribution, processed_probs
 from specdec.tree import TreeShape
 
@@ -50,6 +51,7 @@ class ModelDraftSession:
         self.keys = DraftKeys(request.seed, self.draft_seed, request.draft_top_k)
         self.rounds = ROUNDS[request.acceptance]
         self.kept_path: list[int] | None = None  # the last tree's accepted nodes, kept in the cache by the next propose
+        self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, request.vocab_size)
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
@@ -70,15 +72,17 @@ class ModelDraftSession:
         request = self.request
         ranking = TreeRanking(request.acceptance, request.sampling, request.seed)
         node_ids, parents = draft_tree(self.lm, list(self.committed.token_ids), depth_limit, shape, ranking,
-                                       partial(_fit_vocab, vocab_size=request.vocab_size))
+                                       partial(_fit_vocab, vocab_size=request.vocab_size), self.transform)
         return DraftBlock(torch.tensor(node_ids, dtype=torch.long), tree_parents=parents)
 
     def _draft(self, num_tokens: int) -> DraftBlock:
         sequence = list(self.committed.token_ids)
         candidates, sparse_rows = [], []
         for _ in range(num_tokens):
-            logits = self.lm.advance(sequence)[-1]
-            draft_probs = processed_probs(_fit_vocab(logits, self.request.vocab_size), self.request.sampling)
+            logits = _fit_vocab(self.lm.advance(sequence)[-1:], self.request.vocab_size)  # [1, vocab]
+            if self.transform is not None:
+                logits = self.transform(logits, sequence)
+            draft_probs = processed_probs(logits[0], self.request.sampling)
             token_id, sparse = self.rounds.choose(draft_probs, len(sequence), self.keys)
             candidates.append(token_id)
             sparse_rows.append(sparse)
