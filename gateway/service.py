@@ -19,8 +19,8 @@ from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard
 from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.tool_constraint import forces_call
 from gateway.upstream import Upstream
-from specdec.config import SpecdecConfig
-from specdec.metrics import ServiceMetrics
+from specdec.serving.config import SpecdecConfig
+from specdec.serving.metrics import ServiceMetrics
 from specdec.v1 import common_pb2
 
 log = logging.getLogger(__name__)
