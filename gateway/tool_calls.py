@@ -1,7 +1,7 @@
 """The model's output -> content and OpenAI `tool_calls`, fed in pieces as a stream arrives.
 
 Calls are written TOOL_CALL_OPEN {"name": ..., "arguments": {...}} TOOL_CALL_CLOSE (the format the
-prompt asks for: specdec/tool_prompt.py). A streamed and a whole output go through the same parser,
+prompt asks for: specdec/serving/tool_prompt.py). A streamed and a whole output go through the same parser,
 so their calls and content are the same. NOTE: text that may be the start of a marker is held back
 until it is known not to be one, so no marker reaches the content; whitespace next to a call is
 dropped (held back while it may be), as OpenAI gives content without the calls' separators.
@@ -13,7 +13,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 
-from specdec.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from specdec.serving.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 
 @dataclass(frozen=True)

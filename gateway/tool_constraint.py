@@ -14,7 +14,7 @@ import json
 
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.tool_protocol import FunctionTool, NamedToolChoice, ToolChoice
-from specdec.tool_format import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from specdec.serving.tool_format import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 
 # The JSON inside a call: the separators the prompt shows, no other whitespace (a small model given
@@ -51,7 +51,7 @@ def call_grammar(tools: list[FunctionTool], choice: ToolChoice | None, parallel:
     if schema is None:
         return None
     schema = {**schema, "x-guidance": JSON_LAYOUT}
-    # Lark string literals take JSON's escapes; the framing is specdec.tool_format.call_text's
+    # Lark string literals take JSON's escapes; the framing is specdec.serving.tool_format.call_text's
     repeat = f" ({json.dumps(CALL_SEPARATOR)} call)*" if parallel else ""
     return "\n".join([f"start: call{repeat}",
                       f"call: {json.dumps(TOOL_CALL_OPEN + chr(10))} body {json.dumps(chr(10) + TOOL_CALL_CLOSE)}",

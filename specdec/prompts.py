@@ -10,7 +10,7 @@ from specdec.errors import InvalidRequestError
 
 def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict], field: str = "messages",
                 tools: list[dict] | None = None) -> list[int]:
-    """`messages` (and `tools`, for a template that renders them: specdec.tool_prompt) -> token ids."""
+    """`messages` (and `tools`, for a template that renders them: specdec.serving.tool_prompt) -> token ids."""
     if not tokenizer.chat_template:
         raise InvalidRequestError(field, "this model's tokenizer has no chat template; send a plain prompt instead")
     try:

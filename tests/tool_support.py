@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from specdec.tool_prompt import ChatTurn, ToolCallText
+from specdec.serving.tool_prompt import ChatTurn, ToolCallText
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": CITY}}]

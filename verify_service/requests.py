@@ -14,7 +14,7 @@ from specdec.prompts import encode_chat, encode_text
 from specdec.acceptance_modes import effective_acceptance, refusal
 from specdec.request import GenerationRequest
 from specdec.serving.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
-from specdec.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
+from specdec.serving.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gateway.tool_calls import ToolCallParser, parse_output
-from specdec.tool_format import CALL_SEPARATOR, call_text
+from specdec.serving.tool_format import CALL_SEPARATOR, call_text
 
 FUNCTIONS = {"get_weather", "add"}
 WEATHER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'

@@ -10,7 +10,7 @@ from tool_support import CONVERSATION, TOOLS
 
 from specdec.errors import InvalidRequestError
 from specdec.prompts import encode_chat
-from specdec.tool_prompt import render_input
+from specdec.serving.tool_prompt import render_input
 from specdec.v1 import verify_pb2
 from verify_service.requests import check_prompt_size, prompt_ids_from_options
 

@@ -1,12 +1,12 @@
 """Chat messages with tools and tool calls -> the messages (and `tools`) a chat template renders.
 
 A template that renders `tools` and asks for calls in the same syntax the gateway parses (Qwen2.5's,
-Hermes': specdec/tool_format.py) renders them itself, from messages in the Hugging Face form
+Hermes': specdec/serving/tool_format.py) renders them itself, from messages in the Hugging Face form
 (assistant `tool_calls` with arguments as objects, `role: "tool"` results). Any other template
 (SmolLM2's, the tiny pair's, one that asks for another call syntax such as Llama 3.1's) gets the
 generic format documented in docs/tools.md:
 the tools and the call syntax in the system message, calls written in the assistant's text in
-specdec/tool_format.py's syntax, results as user turns in <tool_response> tags.
+specdec/serving/tool_format.py's syntax, results as user turns in <tool_response> tags.
 The gateway parses calls in that syntax back out of the output (gateway/tool_calls.py).
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import jinja2
 import jinja2.meta
 
-from specdec.tool_format import CALL_SEPARATOR, TOOL_CALL_OPEN, call_text
+from specdec.serving.tool_format import CALL_SEPARATOR, TOOL_CALL_OPEN, call_text
 
 GENERIC_TOOLS_PROMPT = """# Tools
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdec.tool_format import call_text
+from specdec.serving.tool_format import call_text
 
 
 def test_arguments_that_are_not_json_are_carried_as_a_string():

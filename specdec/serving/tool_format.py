@@ -1,5 +1,5 @@
 """The syntax of a tool call in model text (the generic format, docs/tools.md), shared by what
-renders calls into prompts (verify: specdec/tool_prompt.py), what parses them out of outputs and
+renders calls into prompts (verify: specdec/serving/tool_prompt.py), what parses them out of outputs and
 what constrains forced calls (the gateway). Torch- and template-free."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from tool_support import CONVERSATION, TOOLS
 from transformers import AutoTokenizer
 
 from specdec.prompts import encode_chat
-from specdec.tool_prompt import ChatTurn, render_input, template_renders_tools
+from specdec.serving.tool_prompt import ChatTurn, render_input, template_renders_tools
 
 SMOLLM2_TOKENIZER = "specdec/assets/smollm2-135m-instruct-draft"
 # A template in the style of Qwen2.5's: it renders `tools` and calls itself (arguments as objects), and
