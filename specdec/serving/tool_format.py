@@ -1,4 +1,4 @@
-"""The syntax of a tool call in model text (the generic format, docs/tools.md), shared by what
+"""The syntax of a tool call in model text (the generic format, docs/api.md, Tool calls), shared by what
 renders calls into prompts (verify: specdec/serving/tool_prompt.py), what parses them out of outputs and
 what constrains forced calls (the gateway). Torch- and template-free."""
 

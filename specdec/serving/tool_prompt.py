@@ -4,7 +4,7 @@ A template that renders `tools` and asks for calls in the same syntax the gatewa
 Hermes': specdec/serving/tool_format.py) renders them itself, from messages in the Hugging Face form
 (assistant `tool_calls` with arguments as objects, `role: "tool"` results). Any other template
 (SmolLM2's, the tiny pair's, one that asks for another call syntax such as Llama 3.1's) gets the
-generic format documented in docs/tools.md:
+generic format documented in docs/api.md, Tool calls:
 the tools and the call syntax in the system message, calls written in the assistant's text in
 specdec/serving/tool_format.py's syntax, results as user turns in <tool_response> tags.
 The gateway parses calls in that syntax back out of the output (gateway/tool_calls.py).

@@ -80,7 +80,7 @@ def test_the_sdks_pydantic_function_tool_is_a_valid_tool():
 @pytest.mark.parametrize(("change", "param"), [
     ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
     ({"tools": [], "tool_choice": "required"}, "tool_choice"),
-    ({"tool_choice": "required"}, "tool_choice"),  # until the grammar engine is in (docs/tools.md)
+    ({"tool_choice": "required"}, "tool_choice"),  # until the grammar engine is in (docs/api.md, Tool calls)
     ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
     ({"tools": None, "tool_choice": "auto"}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}]},
