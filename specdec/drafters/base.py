@@ -31,6 +31,9 @@ class DraftRequest:
     vocab_size: int  # width of the target's logits; draft q is over the same ids
     draft_top_k: int = 32
     tree: TreeShape | None = None  # verification=tree: the tree a session may propose; None: chains only
+    # When the first propose asks for none (the target decodes the first token itself): candidates
+    # a session that drafts ahead (overlap.py) prepares meanwhile, past its guess of that token.
+    draft_ahead_tokens: int = 0
 
 
 @dataclass(frozen=True)
