@@ -148,3 +148,14 @@ def _read_until(process: subprocess.Popen, marker: str, timeout: float, log) -> 
         if marker in line:
             return "".join(seen)
     raise AssertionError("specdec up did not come up in time")
+
+
+def test_services_get_sleeping_openmp_workers_unless_told_otherwise(monkeypatch):
+    from specdec.launcher import service_environment
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("SPECDEC_MODELS_DIR", "/models")
+    environment = service_environment()
+    assert environment["OMP_WAIT_POLICY"] == "PASSIVE" and environment["SPECDEC_MODELS_DIR"] == "/models"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert service_environment()["OMP_WAIT_POLICY"] == "ACTIVE"
