@@ -160,3 +160,14 @@ def test_up_with_a_config_that_only_tunes_speculation_serves_the_default_pair_wi
         with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
             status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
         assert status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_services_get_sleeping_openmp_workers_unless_told_otherwise(monkeypatch):
+    from specdec.cli.processes import service_environment
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("SPECDEC_MODELS_DIR", "/models")
+    environment = service_environment()
+    assert environment["OMP_WAIT_POLICY"] == "PASSIVE" and environment["SPECDEC_MODELS_DIR"] == "/models"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert service_environment()["OMP_WAIT_POLICY"] == "ACTIVE"
