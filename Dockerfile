@@ -92,6 +92,8 @@ COPY --from=builder /opt/venv /opt/venv
 # Caches go under /tmp so the containers can run with a read-only root filesystem (compose `read_only`,
 # k8s readOnlyRootFilesystem) and a tmpfs / emptyDir at /tmp. HF_HUB_OFFLINE: models come from /models,
 # nothing is fetched from a hub at run time (override with -e HF_HUB_OFFLINE=0 if you want that).
+# OMP_WAIT_POLICY=PASSIVE: idle OpenMP workers sleep instead of spinning on cores the other services
+# share (specdec/cli/processes.py service_environment says why and what it measured).
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -102,6 +104,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     TRITON_CACHE_DIR=/tmp/.cache/triton \
     HF_HUB_OFFLINE=1 \
     TQDM_DISABLE=1 \
+    OMP_WAIT_POLICY=PASSIVE \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 USER 10001:10001

@@ -108,7 +108,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
         try:
             request = self._draft_request(message.open, sequence)
-            return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request))
+            return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request), request.draft_ahead_tokens)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
 
@@ -132,6 +132,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
             tree=_tree_shape(opening),
             penalties=penalties,
+            draft_ahead_tokens=0 if opening.tree_nodes else min(opening.draft_ahead_tokens, MAX_DRAFT_TOKENS),
         )
 
     def _draft_ahead(self, session: OverlappedDraftSession) -> asyncio.Future | None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import time
-from concurrent.futures import Future
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -97,18 +95,18 @@ class SpeculativeGenerator:
     def _round(self, target: TargetSession, draft: _Draft, stats: GenerationStats, parent, index: int) -> GenerationChunk:
         span = tracer.start_span("speculative.round", context=parent)
         started = time.perf_counter()
-        # NOTE: requests without speculation, or that draft always, neither ask the load policy nor
-        # count in its measurements.
         request = target.request
-        policy = self.load_policy if request.speculative and request.speculation_policy is SpeculationPolicy.AUTO else None
+        policy = self._policy_for(request)
         policy_drafting = policy is None or policy.drafting_allowed()
-        budget = target.draft_budget() if policy_drafting else 0
-        block = draft.propose(budget) if index else _first_block(target, draft, budget)
+        # NOTE: round 0 never drafts: the first token comes from the target's prefill and streams at
+        # once; a draft service prefills (and drafts ahead, DraftRequest.draft_ahead_tokens) meanwhile.
+        budget = target.draft_budget() if policy_drafting and index else 0
+        block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
         verdict, chunk = target.step(block)
-        if policy is not None:
-            # NOTE: a session's first round, and its first after the mode changed, carry one-off work: the
+        if policy is not None and index:
+            # NOTE: a session's first rounds, and its first after the mode changed, carry one-off work: the
             # prefills, and a draft catching up on the tokens of its plain rounds (for a draft as deep as the
             # target, as long as a prefill). Only rounds in the mode of the round before measure the mode.
             if draft.last_mode == policy_drafting:
@@ -128,6 +126,11 @@ class SpeculativeGenerator:
         span.end()
         return chunk
 
+    def _policy_for(self, request: GenerationRequest) -> LoadAwareSpeculation | None:
+        # NOTE: requests without speculation, or that draft always, neither ask the load policy nor
+        # count in its measurements.
+        return self.load_policy if request.speculative and request.speculation_policy is SpeculationPolicy.AUTO else None
+
     def _open_draft_under(self, parent, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
         # Attached only for this call, so a remote draft's stream becomes a child of `generate`.
         token = otel_context.attach(parent)
@@ -135,6 +138,14 @@ class SpeculativeGenerator:
             return self._open_draft(request, stats)
         finally:
             otel_context.detach(token)
+
+    def _ahead_of_first_token(self, request: GenerationRequest) -> int:
+        """Candidates the draft may prepare while the target decodes the first token: none for trees
+        (overlap drafts chains), nor when the load policy has drafting off."""
+        policy = self._policy_for(request)
+        if request.tree is not None or not (policy is None or policy.drafting_allowed()):
+            return 0
+        return min(request.num_draft_tokens, max(0, request.max_tokens - 2))
 
     def _open_draft(self, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
         # The request's prediction (if any) is drafted from first, here beside the verifier: no round trip for it.
@@ -151,6 +162,7 @@ class SpeculativeGenerator:
             tree=request.tree,
             penalties=request.penalties,
             prediction_ids=tuple(request.prediction_ids),
+            draft_ahead_tokens=self._ahead_of_first_token(request),
         )
         try:
             return drafter.open(draft_request)
@@ -159,30 +171,6 @@ class SpeculativeGenerator:
             trace.get_current_span().add_event("fallback", {"specdec.reason": str(error)})
             stats.fallback = True
             return None
-
-
-def _first_block(target: TargetSession, draft: _Draft, budget: int) -> DraftBlock:
-    """The first block, with the target caching the prompt meanwhile.
-
-    NOTE: the draft's first block needs its own prompt prefill, as long a pass as the target's for a
-    draft of similar depth (a quantized copy of the target): run side by side, neither waits for the
-    other. The verification pass then feeds only the prompt's last token and the candidates.
-    """
-    if budget <= 0 or draft.session is None:
-        return draft.propose(budget)
-    prefill: Future = Future()
-
-    def run() -> None:
-        try:
-            prefill.set_result(target.prefill())
-        except BaseException as error:  # noqa: BLE001 -- raised below, in the generation's thread
-            prefill.set_exception(error)
-
-    threading.Thread(target=run, name="target-prefill", daemon=True).start()
-    try:
-        return draft.propose(budget)
-    finally:
-        prefill.result()
 
 
 class _Draft:

@@ -50,11 +50,6 @@ class TargetSession:
     def finished(self) -> bool:
         return self.output.finish_reason is not None
 
-    def prefill(self) -> None:
-        """Cache the prompt but its last token: the part of the first verification pass that needs no candidates."""
-        if len(self.committed) > 1:
-            self.lm.advance(self.committed[:-1])
-
     def draft_budget(self) -> int:
         """Most candidates the next block may hold: each round also emits one target token.
 

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--draft", help="draft model")
     up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
     up.add_argument("--gguf-threads", type=int, help="llama.cpp threads of a gguf draft (default: the default pair's tuning, else one per core)")
-    up.add_argument("--num-draft-tokens", type=int, help="K per round (default: the config's; 2 for the default pair on CPU, 1 of them from the draft model)")
+    up.add_argument("--num-draft-tokens", type=int, help="K per round (default: the config's; 3 for the default pair on CPU)")
     up.add_argument("--gateway-port", type=int, default=8000)
     up.add_argument("--draft-port", type=int, default=50051)
     up.add_argument("--verify-port", type=int, default=50052)
@@ -120,6 +120,8 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--num-draft-tokens", type=int, help="K for the speculative requests (default: the server's)")
+    bench.add_argument("--speculation-policy", choices=["auto", "always"],
+                       help="always: the speculative requests draft every round, whatever the server's load-aware policy says (default: the server's)")
     bench.add_argument("--out", help="output directory (default: bench-results/<timestamp>)")
     bench.add_argument("--no-plot", action="store_true", help="do not write speedup.png")
     bench.add_argument("--baseline", choices=["hf"], help="hf: also time Hugging Face generate(), target alone and assisted, in-process (greedy)")

@@ -3,6 +3,7 @@ benchmark scripts and the tests that run real services."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -21,9 +22,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def service_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A service's environment (`base`, else this process's): OpenMP threads that sleep, not spin, while they wait for work.
+
+    NOTE: on one host the draft's llama.cpp thread, the target's torch threads and the other services
+    share the cores; spinning OpenMP workers then hold a core another process needs, and a parallel
+    region waits for a worker the kernel has descheduled. Measured on the 2-core machine (SmolLM2-135M,
+    packed pass, 2 torch threads, loaded): 834 / 3480 ms for 1 / 4 tokens spinning, 143 / 338 ms passive
+    (docs/benchmarks.md). An explicit OMP_WAIT_POLICY is kept.
+    """
+    environment = dict(os.environ if base is None else base)
+    environment.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return environment
+
+
 def spawn(arguments: Sequence[str], env: Mapping[str, str] | None = None, stdout=None, stderr=None) -> subprocess.Popen:
     """`python -m specdec.cli ARGUMENTS` with this interpreter (the console script may point at another checkout)."""
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", *arguments], env=None if env is None else dict(env),
+    return subprocess.Popen([sys.executable, "-m", "specdec.cli", *arguments], env=service_environment(env),
                             stdout=stdout, stderr=stderr)
 
 

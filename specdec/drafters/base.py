@@ -34,6 +34,9 @@ class DraftRequest:
     tree: TreeShape | None = None  # verification=tree: the tree a session may propose; None: chains only
     penalties: Penalties = Penalties()  # the target's transform, applied to q too so more candidates are accepted
     prediction_ids: tuple[int, ...] = ()  # OpenAI predicted outputs (drafters/prediction.py); empty: none
+    # When the first propose asks for none (the target decodes the first token itself): candidates
+    # a session that drafts ahead (overlap.py) prepares meanwhile, past its guess of that token.
+    draft_ahead_tokens: int = 0
 
 
 @dataclass(frozen=True)

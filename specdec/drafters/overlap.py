@@ -79,8 +79,11 @@ class OverlappedDraftSession:
     guarantees it (never two forward passes over one KV cache).
     """
 
-    def __init__(self, inner: DraftSession) -> None:
+    def __init__(self, inner: DraftSession, first_ahead_tokens: int = 0) -> None:
         self.inner = inner
+        # An empty first block (the target decodes the first token) arms this many ahead: the prefill
+        # and the guess of that token, then candidates past it.
+        self._first_ahead_tokens = first_ahead_tokens
         self.report = RoundReport()
         self._ahead: _Ahead | None = None
         self._closed = False
@@ -94,9 +97,10 @@ class OverlappedDraftSession:
         with self._busy:
             ahead, self._ahead = self._ahead, None
             block = self._next_block(ahead, num_tokens)
+            limit, self._first_ahead_tokens = num_tokens or self._first_ahead_tokens, 0
             # NOTE: no drafting ahead past a tree: which of its paths will be accepted is not guessable.
-            if num_tokens > 0 and not self._closed and block.tree_parents is None:
-                self._ahead = _Ahead(block.candidate_ids.tolist(), num_tokens)
+            if limit > 0 and not self._closed and block.tree_parents is None:
+                self._ahead = _Ahead(block.candidate_ids.tolist(), limit)
             return block
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:

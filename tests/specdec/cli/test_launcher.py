@@ -145,9 +145,11 @@ def _read_until(process: subprocess.Popen, marker: str, timeout: float, log) -> 
 
 
 def test_up_with_a_config_that_only_tunes_speculation_serves_the_default_pair_with_its_settings(tmp_path, default_target_dir):
-    # No `model` section: the default pair, with the file's other settings (K, the served name) applied.
+    # No `model` section: the default pair, with the file's other settings (K, the served name, drafting
+    # every round whatever the load) applied.
     config = tmp_path / "speculation.yaml"
-    config.write_text("speculative:\n  draft_tokens: 2\nserving:\n  served_model_name: tuned-default\n", encoding="utf-8")
+    config.write_text("speculative:\n  draft_tokens: 2\nserving:\n  served_model_name: tuned-default\n"
+                      "verify_service:\n  load_aware_speculation: false\n", encoding="utf-8")
     ports = _ports()
     with _specdec_up(tmp_path, ports, "--config", str(config), env={"SPECDEC_MODELS_DIR": str(default_target_dir.parent)},
                      timeout=300) as banner:
@@ -155,8 +157,19 @@ def test_up_with_a_config_that_only_tunes_speculation_serves_the_default_pair_wi
         reply = _chat(ports, "tuned-default", 24)
         assert reply["choices"][0]["message"]["content"].strip()
         stats = reply["speculative"]
-        assert stats["rounds"] > 0 and not stats["fallback"]
+        assert stats["rounds"] > 0 and stats["draft_tokens"] > 0 and not stats["fallback"]
         assert stats["draft_tokens"] <= 2 * stats["rounds"]  # K = 2 from the file, not the CPU tuning's 3
         with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
             status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
         assert status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_services_get_sleeping_openmp_workers_unless_told_otherwise(monkeypatch):
+    from specdec.cli.processes import service_environment
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("SPECDEC_MODELS_DIR", "/models")
+    environment = service_environment()
+    assert environment["OMP_WAIT_POLICY"] == "PASSIVE" and environment["SPECDEC_MODELS_DIR"] == "/models"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert service_environment()["OMP_WAIT_POLICY"] == "ACTIVE"

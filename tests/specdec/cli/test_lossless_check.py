@@ -13,7 +13,7 @@ from service_support import free_port
 from specdec import acceptance_rounds
 from specdec.acceptance import RoundVerdict
 from specdec.cli import main
-from specdec.drafters import NgramDrafter
+from specdec.drafters import NgramDrafter, ngram
 from specdec.cli.lossless_check import PROMPTS, LosslessCheck, run
 
 CHECK_ARGS = ["--prompts", "3", "--max-tokens", "12"]
@@ -97,7 +97,9 @@ def _always_accept(candidate_ids, draft_probs, target_probs, generator) -> Round
 
 
 def test_a_verifier_that_keeps_every_draft_token_fails(make_draft_server, make_verify_server, make_gateway, tiny_target, monkeypatch):
-    """Negative control: a lossy verifier (keeps every candidate) behind an n-gram drafter."""
+    """Negative control: a lossy verifier (keeps every candidate) behind an n-gram drafter whose lookup
+    always proposes the last token again, so every round after the first (the target's own) drafts."""
+    monkeypatch.setattr(ngram, "lookup_continuation", lambda token_ids, num_tokens, max_ngram, min_ngram: token_ids[-1:] * num_tokens)
     draft = make_draft_server(NgramDrafter(), None)
     verify = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}")
     gateway = make_gateway(verify_endpoint=f"127.0.0.1:{verify.port}")

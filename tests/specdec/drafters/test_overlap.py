@@ -84,6 +84,25 @@ def test_a_held_guess_drafts_on_when_the_next_k_is_larger_than_what_was_drafted_
     assert session.report.predrafted == 2 and session.committed == plain.committed
 
 
+@pytest.mark.parametrize("first_token_guessed", [True, False])
+def test_an_empty_first_block_drafts_ahead_past_the_target_s_first_token(first_token_guessed):
+    inner = CountingSession([3, 4])
+    session = OverlappedDraftSession(inner, first_ahead_tokens=3)
+    assert len(session.propose(0)) == 0  # the target decodes the first token from its own prefill
+    session.draft_ahead()
+    assert inner.proposed == [0, 1, 1, 1, 1]  # meanwhile: the guess of that token, then K = 3 past it
+    first_token = _next_own_token([3, 4]) + (0 if first_token_guessed else 1)
+    session.feedback(0, [first_token])
+    plain = CountingSession([3, 4])
+    plain.propose(0)
+    plain.feedback(0, [first_token])
+    assert session.propose(3).candidate_ids.tolist() == plain.propose(3).candidate_ids.tolist()
+    assert session.report.outcome == ("used" if first_token_guessed else "discarded") and inner.committed == plain.committed
+    session.propose(0)
+    session.draft_ahead()  # later empty blocks (drafting paused) arm nothing
+    assert session.report.outcome is None and inner.proposed[-1] == 0
+
+
 @pytest.mark.parametrize("num_accepted,wrong_bonus", [(1, False), (3, True)], ids=["rejected-candidate", "other-bonus"])
 def test_a_wrong_guess_is_discarded_and_the_block_drafted_anew(num_accepted, wrong_bonus):
     inner = CountingSession([5, 6, 7])
