@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, CompletionTokensDetails, SpeculativeStats, Usage, new_id, now
+from gateway.tool_calls import OutputDelta, ParsedCall, ToolCallParser
 from gateway.upstream import Upstream, generate_request
 from specdec.v1 import common_pb2, verify_pb2
 
@@ -21,7 +22,10 @@ class Choice:
     """One choice accumulated from a Generate stream."""
 
     index: int
-    text: str = ""
+    parser: ToolCallParser | None = None  # the request has tools: calls are parsed out of the text
+    text: str = ""  # as generated
+    content: str = ""  # the text less its tool calls
+    tool_calls: list[ParsedCall] = field(default_factory=list)
     finish_reason: str | None = None
     logprobs: list[verify_pb2.TokenLogprob] = field(default_factory=list)
     usage: verify_pb2.Usage | None = None
@@ -29,8 +33,12 @@ class Choice:
     rounds: int = 0  # Generate sends one message per round
     provenance: dict = field(default_factory=lambda: {"tokens": [], "rounds": []})
 
-    def add(self, response: verify_pb2.GenerateResponse) -> None:
+    def add(self, response: verify_pb2.GenerateResponse) -> OutputDelta:
+        """Take one round's message; returns the content and calls it releases."""
         self.text += response.text
+        delta = _output_delta(self.parser, response)
+        self.content += delta.content
+        self.tool_calls.extend(delta.calls)
         self.logprobs.extend(response.logprobs)
         self.rounds += 1
         # tokens: provenance was asked for; no token_ids: a round that emitted nothing (kept so the
@@ -39,8 +47,17 @@ class Choice:
             for key, items in round_provenance(response, self.rounds).items():
                 self.provenance[key].extend(items)
         if response.finish_reason:
-            self.finish_reason = response.finish_reason
+            # as OpenAI: a choice that stopped after calling tools finished for "tool_calls"
+            self.finish_reason = "tool_calls" if self.tool_calls and response.finish_reason == "stop" else response.finish_reason
             self.usage, self.summary = response.usage, response.summary
+        return delta
+
+
+def _output_delta(parser: ToolCallParser | None, response: verify_pb2.GenerateResponse) -> OutputDelta:
+    if parser is None:
+        return OutputDelta(response.text)
+    delta = parser.feed(response.text)
+    return delta.extend(parser.finish()) if response.finish_reason else delta
 
 
 class Completion:
@@ -57,14 +74,23 @@ class Completion:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
+    def new_choice(self, index: int) -> Choice:
+        tools = self.request.active_tools if self.chat else []
+        if not tools:
+            return Choice(index)
+        return Choice(index, ToolCallParser({tool.function.name for tool in tools}, self.request.parallel_tool_calls))
+
     @property
     def provenance(self) -> bool:
         return self.request.speculative is not None and self.request.speculative.provenance
 
     def choice_body(self, choice: Choice) -> dict:
         body = {"index": choice.index, "finish_reason": choice.finish_reason, "logprobs": self.logprobs(choice.logprobs)}
-        if self.chat:
-            body["message"] = {"role": "assistant", "content": choice.text}
+        if self.chat and choice.tool_calls:
+            body["message"] = {"role": "assistant", "content": choice.content or None,
+                               "tool_calls": [call.message_entry() for call in choice.tool_calls]}
+        elif self.chat:
+            body["message"] = {"role": "assistant", "content": choice.content}
         else:
             body["text"] = choice.text
         if self.provenance:
@@ -128,11 +154,12 @@ def speculative(request: OpenAIRequest, choices: list[Choice]) -> SpeculativeSta
     )
 
 
-async def run_all(upstream: Upstream, request: OpenAIRequest) -> list[Choice]:
+async def run_all(upstream: Upstream, completion: Completion) -> list[Choice]:
     """All n choices, concurrently; any error cancels the others and propagates."""
+    request = completion.request
 
     async def one(index: int) -> Choice:
-        choice = Choice(index)
+        choice = completion.new_choice(index)
         async for response in upstream.generate(generate_request(request, index)):
             choice.add(response)
         return choice

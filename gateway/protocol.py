@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gateway.tool_protocol import MAX_TOOLS, FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
 from specdec.limits import MaxTokens, Seed, TokenId, TopK, TopLogprobs
 
 
@@ -37,8 +38,6 @@ class _Request(BaseModel):
 # Fields accepted only with these values (what this server does anyway); anything else is a 400 naming the field.
 NO_OP_VALUES: dict[str, tuple] = {
     "response_format": (None, {"type": "text"}),
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
     "functions": (None, []),
     "function_call": (None, "none"),
     "modalities": (None, ["text"]),
@@ -48,7 +47,6 @@ NO_OP_VALUES: dict[str, tuple] = {
     "web_search_options": (None,),
     "suffix": (None, ""),
     "refusal": (None,),
-    "tool_calls": (None, []),
     "annotations": (None, []),
 }
 
@@ -90,16 +88,31 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
-    name: str | None = None  # accepted; the chat template renders role and content only
+    name: str | None = None  # accepted; rendered for tool results only
+    tool_calls: list[ToolCall] | None = Field(None, description="role assistant: the calls a response made")
+    tool_call_id: str | None = Field(None, validate_default=True, description="role tool: the call this result answers")
     # What an assistant message of a response carries back when resent: accepted empty only.
     refusal: Any = None
-    tool_calls: Any = None
     function_call: Any = None
     audio: Any = None
     annotations: Any = None
 
-    _valid_text = field_validator("content", "name")(_encodable)
-    _not_honoured = field_validator("refusal", "tool_calls", "function_call", "audio", "annotations")(_only_no_op)
+    _valid_text = field_validator("content", "name", "tool_call_id")(_encodable)
+    _not_honoured = field_validator("refusal", "function_call", "audio", "annotations")(_only_no_op)
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _assistant_calls(cls, value: list[ToolCall] | None, info) -> list[ToolCall] | None:
+        if value and info.data.get("role") != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return value
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _tool_result(cls, value: str | None, info) -> str | None:
+        if info.data.get("role") == "tool" and not value:
+            raise ValueError("a tool message needs the id of the call it answers")
+        return value
 
     def text(self) -> str:
         if self.content is None:
@@ -179,11 +192,11 @@ class ChatCompletionRequest(_SamplingRequest):
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
     prediction: PredictionContent | None = None
-    parallel_tool_calls: bool | None = None  # a no-op without tools
-    # Not honoured yet (structured outputs and tools come later): accepted only as NO_OP_VALUES says.
+    tools: list[FunctionTool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: ToolChoice | None = Field(None, description='default "auto" with tools, else "none"')
+    parallel_tool_calls: bool = Field(True, description="false: at most one call per choice")
+    # Not honoured yet (structured outputs come later): accepted only as NO_OP_VALUES says.
     response_format: Any = None
-    tools: Any = None
-    tool_choice: Any = None
     functions: Any = None
     function_call: Any = None
     modalities: Any = None
@@ -192,12 +205,23 @@ class ChatCompletionRequest(_SamplingRequest):
     verbosity: Any = None
     web_search_options: Any = None
 
-    _not_honoured = field_validator("response_format", "tools", "tool_choice", "functions", "function_call", "modalities", "audio",
+    _not_honoured = field_validator("response_format", "functions", "function_call", "modalities", "audio",
                                     "reasoning_effort", "verbosity", "web_search_options")(_only_no_op)
+    _unique_tools = field_validator("tools")(check_tools)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _known_function(cls, value: ToolChoice | None, info) -> ToolChoice | None:
+        return check_tool_choice(value, info.data.get("tools"))
 
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def active_tools(self) -> list[FunctionTool]:
+        """The tools rendered into the prompt and parsed out of the output: none with tool_choice "none"."""
+        return [] if self.tool_choice == "none" else list(self.tools or [])
 
 
 class CompletionRequest(_SamplingRequest):

@@ -17,6 +17,7 @@ from gateway.choices import Completion, open_streams, run_all
 from gateway.errors import OpenAIError, bad_request
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from gateway.streaming import ClosingStreamingResponse, stream_events
+from gateway.tool_constraint import forces_call
 from gateway.upstream import Upstream
 from specdec.serving.config import SpecdecConfig
 from specdec.serving.metrics import ServiceMetrics
@@ -94,6 +95,9 @@ class Gateway:
         if asked is not None and asked > limit:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
         _check_prompt_length(request, await self._served())
+        if forces_call(request):  # nothing silently ignored: forcing needs the grammar (structured outputs)
+            raise bad_request("tool_choice \"required\" or a named function needs the grammar engine, which this build lacks; "
+                              "use \"auto\"", "tool_choice")
         return names[0]
 
     async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):
@@ -106,7 +110,7 @@ class Gateway:
         if not request.stream:
             async with self.admission.slot(request.n) as queued_s:
                 self.metrics.queue_time.observe(queued_s)
-                choices = await run_all(self.upstream, request)
+                choices = await run_all(self.upstream, completion)
                 body = completion.response(choices)
             self._account(identity, body["usage"], body["speculative"], http)
             if self.log_content:

@@ -12,6 +12,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.choices import Choice, Completion, round_provenance, speculative, sse, usage
 from gateway.errors import OpenAIError
+from gateway.tool_calls import OutputDelta
 from specdec.v1 import verify_pb2
 
 _DONE = object()
@@ -22,7 +23,7 @@ async def stream_events(completion: Completion, opened: list, finish: Callable) 
     end whether the stream finished, failed, or the client went away (which cancels the gRPC calls):
     it frees the admission slot and writes the audit line."""
     queue: asyncio.Queue = asyncio.Queue()
-    choices = [Choice(index) for index in range(len(opened))]
+    choices = [completion.new_choice(index) for index in range(len(opened))]
     pumps = [asyncio.create_task(_pump(index, first, rest, queue)) for index, (first, rest) in enumerate(opened)]
     status = 499  # the client closed the connection, unless the stream ends otherwise
     try:
@@ -31,8 +32,9 @@ async def stream_events(completion: Completion, opened: list, finish: Callable) 
                 yield sse({**completion.envelope(chunk=True), "choices": [{"index": choice.index, "delta": {"role": "assistant", "content": ""},
                                                                           "finish_reason": None, "logprobs": None}]})
         async for index, response in _drain(queue, len(pumps)):
-            choices[index].add(response)
-            yield sse(_chunk(completion, choices[index], response))
+            output = choices[index].add(response)
+            for chunk in _chunks(completion, choices[index], response, output):
+                yield sse(chunk)
         yield sse(_closing_chunk(completion, choices))
         status = 200
         yield sse("[DONE]")
@@ -72,16 +74,20 @@ async def _drain(queue: asyncio.Queue, streams: int) -> AsyncIterator[tuple[int,
             yield index, item
 
 
-def _chunk(completion: Completion, choice: Choice, response: verify_pb2.GenerateResponse) -> dict:
-    body = {"index": choice.index, "finish_reason": response.finish_reason or None,
-            "logprobs": completion.logprobs(list(response.logprobs))}
+def _chunks(completion: Completion, choice: Choice, response: verify_pb2.GenerateResponse, output: OutputDelta) -> list[dict]:
+    """One round's chunks: its content (with logprobs and provenance), then each call it completed as
+    OpenAI streams calls (index, id, type and name, then the arguments); the last carries finish_reason."""
+    body = {"index": choice.index, "finish_reason": None, "logprobs": completion.logprobs(list(response.logprobs))}
     if completion.chat:
-        body["delta"] = {"content": response.text} if response.text or not response.finish_reason else {}
+        body["delta"] = {"content": output.content} if output.content or not (response.finish_reason or output.calls) else {}
     else:
         body["text"] = response.text
     if completion.provenance:
         body["provenance"] = round_provenance(response, choice.rounds)
-    return {**completion.envelope(chunk=True), "choices": [body]}
+    bodies = [body] + [{"index": choice.index, "finish_reason": None, "logprobs": None, "delta": {"tool_calls": [delta]}}
+                       for call in output.calls for delta in call.stream_deltas()]
+    bodies[-1]["finish_reason"] = choice.finish_reason if response.finish_reason else None
+    return [{**completion.envelope(chunk=True), "choices": [item]} for item in bodies]
 
 
 def _closing_chunk(completion: Completion, choices: list[Choice]) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import AsyncIterator
 
@@ -23,7 +24,8 @@ _PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", 
                 "options.sampling.top_p": "top_p", "options.sampling.top_k": "top_k", "prompt": "messages",
                 "options.penalties.logit_bias": "logit_bias", "options.penalties.presence_penalty": "presence_penalty",
                 "options.penalties.frequency_penalty": "frequency_penalty", "options.penalties.repetition_penalty": "repetition_penalty",
-                "options.chat.messages": "messages", "options.text": "prompt", "options.token_ids": "prompt"}
+                "options.chat.messages": "messages", "options.chat.tools_json": "tools", "options.text": "prompt",
+                "options.token_ids": "prompt"}
 
 
 class Upstream:
@@ -89,7 +91,7 @@ def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_
     """The GenerateRequest for one choice; choice i of a seeded request uses seed + i."""
     options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0)
     if isinstance(request, ChatCompletionRequest):
-        options.chat.messages.extend(verify_pb2.ChatMessage(role=m.role, content=m.text()) for m in request.messages)
+        options.chat.CopyFrom(chat_messages(request))
     elif isinstance(request.prompt, str):
         options.text = request.prompt
     else:
@@ -109,6 +111,18 @@ def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_
     _apply_speculative(message, request)
     _apply_logprobs(message, request)
     return message
+
+
+def chat_messages(request: ChatCompletionRequest) -> verify_pb2.ChatMessages:
+    """The conversation, calls and results included, and the tools to render (none with tool_choice "none")."""
+    tools = request.active_tools
+    chat = verify_pb2.ChatMessages(tools_json=json.dumps([tool.model_dump(exclude_none=True) for tool in tools]) if tools else "")
+    for message in request.messages:
+        calls = [verify_pb2.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+                 for call in message.tool_calls or []]
+        chat.messages.add(role=message.role, content=message.text(), tool_calls=calls, tool_call_id=message.tool_call_id or "",
+                          name=(message.name or "") if message.role == "tool" else "")
+    return chat
 
 
 def _apply_speculative(message: verify_pb2.GenerateRequest, request) -> None:

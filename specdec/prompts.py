@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import jinja2
 from transformers import PreTrainedTokenizerBase
 
 from specdec.errors import InvalidRequestError
 
 
-def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]], field: str = "messages") -> list[int]:
+def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict], field: str = "messages",
+                tools: list[dict] | None = None) -> list[int]:
+    """`messages` (and `tools`, for a template that renders them: specdec.serving.tool_prompt) -> token ids."""
     if not tokenizer.chat_template:
         raise InvalidRequestError(field, "this model's tokenizer has no chat template; send a plain prompt instead")
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    try:
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    except jinja2.TemplateError as error:  # a template's raise_exception(), e.g. roles out of order
+        raise InvalidRequestError(field, f"the model's chat template refused these messages: {error}") from error
     return _require_tokens(tokenizer(text, add_special_tokens=False)["input_ids"], field)
 
 

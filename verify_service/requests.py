@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pydantic import ValidationError
 
 from specdec.serving.config import SpecdecConfig
@@ -12,6 +14,7 @@ from specdec.prompts import encode_chat, encode_text
 from specdec.acceptance_modes import effective_acceptance, refusal
 from specdec.request import GenerationRequest
 from specdec.serving.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
+from specdec.serving.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64
@@ -31,13 +34,19 @@ def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, m
         messages = options.chat.messages
         if len(messages) > max_context:  # each message renders to at least one token
             raise InvalidRequestError("options.chat.messages", f"{len(messages)} messages cannot fit in the model's context of {max_context} tokens")
-        size, limit, unit, field = sum(len(message.content) for message in messages), max_chars, "characters", "options.chat.messages"
+        size, limit, unit, field = _chat_chars(options.chat), max_chars, "characters", "options.chat.messages"
     else:
         size, limit, unit, field = len(options.text), max_chars, "characters", "options.text"
     if size > limit:
         raise InvalidRequestError(field, f"{size} {unit} cannot fit in the model's context of {max_context} tokens "
                                          f"(at most {limit} {unit}); shorten the prompt")
     return size if unit == "characters" else 0
+
+
+def _chat_chars(chat: verify_pb2.ChatMessages) -> int:
+    """The characters the chat's messages, calls and tools add to the rendered prompt."""
+    calls = sum(len(call.name) + len(call.arguments) for message in chat.messages for call in message.tool_calls)
+    return sum(len(message.content) for message in chat.messages) + calls + len(chat.tools_json)
 
 
 def check_prediction_size(prediction: str, max_context: int, max_chars: int) -> int:
@@ -54,10 +63,11 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Loade
     if kind == "text":
         return encode_text(target.tokenizer, options.text, "options.text")
     if kind == "chat":
-        messages = [{"role": m.role, "content": m.content} for m in options.chat.messages]
-        if not messages:
+        if not options.chat.messages:
             raise InvalidRequestError("options.chat.messages", "needs at least one message")
-        return encode_chat(target.tokenizer, messages, "options.chat.messages")
+        native = template_renders_tools(target.tokenizer.chat_template)
+        rendered = render_input(chat_turns(options.chat), chat_tools(options.chat), native)
+        return encode_chat(target.tokenizer, rendered.messages, "options.chat.messages", rendered.tools)
     if kind == "token_ids":
         token_ids = list(options.token_ids.ids)
         if not token_ids:
@@ -65,6 +75,24 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Loade
         check_token_ids(token_ids, target.vocab_size, "options.token_ids")
         return token_ids
     raise InvalidRequestError("options.prompt", "set one of text, chat or token_ids")
+
+
+def chat_turns(chat: verify_pb2.ChatMessages) -> list[ChatTurn]:
+    return [ChatTurn(m.role, m.content, tuple(ToolCallText(c.id, c.name, c.arguments) for c in m.tool_calls), m.tool_call_id, m.name)
+            for m in chat.messages]
+
+
+def chat_tools(chat: verify_pb2.ChatMessages) -> list[dict]:
+    """The OpenAI `tools` array the gateway checked, as objects."""
+    if not chat.tools_json:
+        return []
+    try:
+        tools = json.loads(chat.tools_json)
+    except ValueError as error:
+        raise InvalidRequestError("options.chat.tools_json", f"is not JSON: {error}") from error
+    if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+        raise InvalidRequestError("options.chat.tools_json", "must be a JSON array of tool objects")
+    return tools
 
 
 def generation_request(options: verify_pb2.GenerationOptions, target: LoadedModel, config: SpecdecConfig, prediction: str = "",

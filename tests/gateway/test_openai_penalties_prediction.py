@@ -131,12 +131,9 @@ def test_a_prediction_of_the_wrong_type_is_400_naming_it(client):
 
 @pytest.mark.parametrize("fields,param", [
     ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, "tools"),
-    ({"tool_choice": "auto"}, "tool_choice"),
     ({"extra_body": {"reasoning_effort": "high"}}, "reasoning_effort"),
     ({"extra_body": {"frobnicate": True}}, "frobnicate"),
     ({"extra_body": {"stream_options": {"include_obfuscation": True}}}, "stream_options.include_obfuscation"),
-    ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "call_1"}]}, "messages.0.tool_call_id"),
 ])
 def test_fields_the_server_does_not_honour_are_400_naming_them(client, fields, param):
     fields = {"messages": MESSAGES, **fields}

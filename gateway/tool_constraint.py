@@ -1,0 +1,62 @@
+"""The output constraint for tool_choice "required" or a named function: calls whose arguments
+validate against their function's parameter schema, in the syntax the gateway parses.
+
+Two forms of the same constraint, for the grammar engine to take whichever it compiles:
+- call_schema: the JSON schema of one call object {"name", "arguments"} (an anyOf over the tools for
+  "required", the one function's for a named choice);
+- call_grammar: a Lark grammar (llguidance's dialect, with %json) for the whole output, the
+  TOOL_CALL_OPEN/TOOL_CALL_CLOSE markers included, one call or (parallel) several.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.tool_protocol import FunctionTool, NamedToolChoice, ToolChoice
+from specdec.serving.tool_format import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+
+
+# The JSON inside a call: the separators the prompt shows, no other whitespace (a small model given
+# free whitespace can emit newlines forever).
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def forced_functions(tools: list[FunctionTool], choice: ToolChoice | None) -> list[FunctionTool]:
+    """The functions the output must call one of: all for "required", one when named, none otherwise."""
+    if choice == "required":
+        return tools
+    if isinstance(choice, NamedToolChoice):
+        return [tool for tool in tools if tool.function.name == choice.function.name]
+    return []
+
+
+def function_call_schema(tool: FunctionTool) -> dict:
+    function = tool.function
+    return {"type": "object", "properties": {"name": {"const": function.name}, "arguments": function.arguments_schema},
+            "required": ["name", "arguments"], "additionalProperties": False}
+
+
+def call_schema(tools: list[FunctionTool], choice: ToolChoice | None) -> dict | None:
+    """One call object's schema, or None when the choice forces no call."""
+    schemas = [function_call_schema(tool) for tool in forced_functions(tools, choice)]
+    if not schemas:
+        return None
+    return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+
+
+def call_grammar(tools: list[FunctionTool], choice: ToolChoice | None, parallel: bool) -> str | None:
+    """The whole output as a Lark grammar: marked calls (one, or one or more when `parallel`), nothing else."""
+    schema = call_schema(tools, choice)
+    if schema is None:
+        return None
+    schema = {**schema, "x-guidance": JSON_LAYOUT}
+    # Lark string literals take JSON's escapes; the framing is specdec.serving.tool_format.call_text's
+    repeat = f" ({json.dumps(CALL_SEPARATOR)} call)*" if parallel else ""
+    return "\n".join([f"start: call{repeat}",
+                      f"call: {json.dumps(TOOL_CALL_OPEN + chr(10))} body {json.dumps(chr(10) + TOOL_CALL_CLOSE)}",
+                      f"body: %json {json.dumps(schema)}", ""])
+
+
+def forces_call(request: ChatCompletionRequest | CompletionRequest) -> bool:
+    return isinstance(request, ChatCompletionRequest) and bool(forced_functions(request.active_tools, request.tool_choice))

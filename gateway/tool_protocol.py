@@ -1,0 +1,103 @@
+"""OpenAI tool-calling models: `tools`, `tool_choice`, and the `tool_calls` of assistant messages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_TOOLS = 128  # OpenAI's own limit
+
+
+class _Closed(BaseModel):
+    """A field it does not know is a 400 naming it (nothing silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_json_schema(schema: dict) -> dict:
+    """`schema` against its draft's meta-schema ($schema, else the newest jsonschema knows)."""
+    if not isinstance(schema.get("$schema", ""), str):
+        raise ValueError("is not a valid JSON schema: $schema must be a meta-schema URI (a string)")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as error:
+        where = "/".join(str(part) for part in error.absolute_path)
+        raise ValueError(f"is not a valid JSON schema{f' at {where}' if where else ''}: {error.message}") from None
+    return schema
+
+
+class FunctionDefinition(_Closed):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON schema of the arguments object")
+    strict: bool | None = Field(None, description="accepted; arguments are enforced by the grammar when tool_choice forces a call")
+
+    @field_validator("parameters")
+    @classmethod
+    def _object_schema(cls, value: dict | None) -> dict | None:
+        if value is None:
+            return value
+        check_json_schema(value)
+        if value.get("type", "object") != "object":
+            raise ValueError(f"must describe the arguments object (type \"object\"), not type {json.dumps(value['type'])}")
+        return value
+
+    @property
+    def arguments_schema(self) -> dict:
+        return self.parameters if self.parameters is not None else {"type": "object"}
+
+
+class FunctionTool(_Closed):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(_Closed):
+    name: str
+
+
+class NamedToolChoice(_Closed):
+    """tool_choice naming the function the model must call."""
+
+    type: Literal["function"]
+    function: FunctionName
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class FunctionCall(_Closed):
+    name: str
+    arguments: str = Field(description="JSON text")
+
+
+class ToolCall(_Closed):
+    """A call in an assistant message, as a response gave it (sent back in the conversation)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+def check_tools(tools: list[FunctionTool] | None) -> list[FunctionTool] | None:
+    if tools is not None:
+        names = [tool.function.name for tool in tools]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"function names must be unique; repeated: {', '.join(repeated)}")
+    return tools
+
+
+def check_tool_choice(choice: ToolChoice | None, tools: list[FunctionTool] | None) -> ToolChoice | None:
+    """As OpenAI: a choice other than "none" needs tools, and a named function must be one of them."""
+    if choice is None or choice == "none":
+        return choice
+    if not tools:
+        raise ValueError("needs `tools`: there is no function to call")
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in {tool.function.name for tool in tools}:
+        known = ", ".join(tool.function.name for tool in tools)
+        raise ValueError(f"names function {choice.function.name!r}, which is not in `tools` ({known})")
+    return choice
