@@ -11,6 +11,9 @@ NOTE: lossless whatever the prediction says: its blocks carry a point-mass q (re
 greedy / coupled acceptance never read q; the verifier decides every token. After a predicted block
 is rejected at its first candidate, the next `backoff` rounds (doubling, up to `max_backoff`) go to
 the wrapped drafter: text that has left the prediction does not pay a wasted verification each round.
+Predicted blocks start at `start_tokens` and double after each block accepted in full (up to the
+round's budget, prediction_draft_tokens): a long verbatim copy takes few rounds, while a block that
+runs into an edit costs the target no more than `start_tokens` positions.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ class PredictionSettings:
     max_ngram: int = 4  # longest generated suffix aligned first
     min_ngram: int = 1  # shortest that still counts (nearest to the expected place, so 1 is safe enough)
     max_backoff: int = 8  # most rounds handed to the wrapped drafter after a predicted block fails outright
+    start_tokens: int = 16  # first predicted block length, and the length again after a partial acceptance
+    max_tokens: int = 64  # longest a predicted block grows to (the round's budget caps it too)
 
 
 class PredictionDrafter:
@@ -58,6 +63,7 @@ class PredictionSession:
         self._own = CommittedSequence(list(request.prompt_ids)) if inner is None else None
         self.backoff = _Backoff(settings.max_backoff)
         self.last_predicted = 0  # candidates of the last block that came from the prediction
+        self.block_tokens = settings.start_tokens  # length of the next predicted block (grows while it is accepted in full)
 
     @property
     def committed(self) -> CommittedSequence:
@@ -70,7 +76,7 @@ class PredictionSession:
         candidates = []
         if num_tokens > 0 and self.backoff.ready():
             generated = self.committed.token_ids[self.prompt_length :]
-            candidates = self.alignment.continuation(generated, num_tokens, settings.max_ngram, settings.min_ngram)
+            candidates = self.alignment.continuation(generated, min(num_tokens, self.block_tokens), settings.max_ngram, settings.min_ngram)
         self.last_predicted = len(candidates)
         if not candidates:
             return self._inner_block(min(num_tokens, settings.inner_tokens))
@@ -90,6 +96,8 @@ class PredictionSession:
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         if self.last_predicted:
             self.backoff.record(num_accepted > 0)
+            full = num_accepted >= self.last_predicted
+            self.block_tokens = min(2 * self.block_tokens, self.settings.max_tokens) if full else self.settings.start_tokens
         if self.inner is not None:
             self.inner.feedback(num_accepted, appended_ids, *(() if accepted_nodes is None else (accepted_nodes,)))
         else:

@@ -95,6 +95,21 @@ def test_after_a_failed_prediction_the_wrapped_drafter_gets_backed_off_rounds(ti
     session.close()
 
 
+def test_predicted_blocks_double_while_accepted_in_full_and_restart_after_a_partial_acceptance():
+    prediction = list(range(100, 200))
+    session = PredictionDrafter(None, PredictionSettings(inner_tokens=2, start_tokens=2, max_tokens=8)).open(_request(prediction))
+    lengths = []
+    for accept_all in (True, True, True, True, False, True):
+        block = session.propose(6)  # the round's budget caps the growth below max_tokens
+        lengths.append(len(block))
+        candidates = block.candidate_ids.tolist()
+        accepted = candidates if accept_all else candidates[:1]
+        bonus = prediction[prediction.index(accepted[-1]) + 1]  # the target goes on copying the prediction
+        session.feedback(len(accepted), [bonus])
+    assert lengths == [2, 4, 6, 6, 6, 2]
+    session.close()
+
+
 # --- Through the speculative loop on the tiny pair -----------------------------------------------
 
 def _run(target, drafter, prompt_ids, **fields):
