@@ -1,7 +1,7 @@
 """Predicted outputs on edit tasks: tokens/s with and without `prediction`, through the real stack.
 
     SPECDEC_MODELS_DIR=/work/main/models python benchmarks/predicted_outputs.py [--repeats 2]
-        [--max-tokens 1024] [--prediction-draft-tokens 64] [--out FILE]
+        [--max-tokens 600] [--prediction-draft-tokens 64] [--out FILE]
 
 Starts `specdec up` (no model arguments: the default SmolLM2 pair) on free ports, then for each edit
 task (a system message asking for the complete edited file, the file in a fenced block, a one-line
@@ -109,11 +109,11 @@ features:
 '''
 
 PROSE_FILE = '''The river runs through the middle of the town, and every morning the market opens on its banks.
-Farmers bring apples, pears and plums from the orchards on the hills. Fishermen sell what they caught
-before dawn, and the baker sets out bread that is still warm. Children run between the stalls while
-their parents talk about the weather, the prices and the news from the city. At noon the bells of the
-old church ring, and the traders cover their goods with cloth to keep off the sun. In the afternoon
-the crowd thins out, and by evening only the sound of the water is left.
+Farmers bring apples, pears and plums from the orchards on the hills.
+Fishermen sell what they caught before dawn, and the baker sets out bread that is still warm.
+Children run between the stalls while their parents talk about the weather, the prices and the news from the city.
+At noon the bells of the old church ring, and the traders cover their goods with cloth to keep off the sun.
+In the afternoon the crowd thins out, and by evening only the sound of the water is left.
 '''
 
 SYSTEM = "You are a code editor. Reply with the complete edited file and nothing else."
@@ -122,9 +122,9 @@ SYSTEM = "You are a code editor. Reply with the complete edited file and nothing
 # SmolLM2-135M-Instruct re-emits a fenced file asked this way, and talks about it when the
 # instruction comes first. The reply is cut at the closing fence (stop), as an editor client would.
 TASKS = [
-    ("python: rename a method", "python", PYTHON_FILE, "Rename the method `tagged` to `with_tag`."),
     ("yaml: change one value", "yaml", CONFIG_FILE, "Change the cache ttl_seconds from 300 to 600."),
-    ("prose: fix one word", "text", PROSE_FILE, "Replace the word 'plums' with 'cherries'."),
+    ("prose: fix one word", "markdown", PROSE_FILE, "Replace the word 'plums' with 'cherries'."),
+    ("python: rename a method", "python", PYTHON_FILE, "Rename the method `tagged` to `with_tag`."),
 ]
 STOP = ["\n```"]
 
@@ -208,7 +208,7 @@ def run_task(client: OpenAI, model: str, task: tuple[str, str, str, str], repeat
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="requests per task and side (medians are reported)")
-    parser.add_argument("--max-tokens", type=int, default=1024, help="room to finish the file: the reply ends at its closing fence")
+    parser.add_argument("--max-tokens", type=int, default=600, help="room to finish the longest file (~400 tokens); the reply ends at its closing fence")
     parser.add_argument("--prediction-draft-tokens", type=int, help="speculative.prediction_draft_tokens (default: the config's)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ from specdec.drafters.base import DraftRequest
 from specdec.drafters.prediction import PredictionAlignment, PredictionDrafter, PredictionSettings
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.enums import AcceptanceMode, TokenSource
+from specdec.errors import DraftUnavailableError
 from specdec.generation import SpeculativeGenerator
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
@@ -131,6 +132,40 @@ def _edited(token_ids: list[int]) -> list[int]:
     return edited
 
 
+class _DiesOnFirstProposal:
+    """A wrapped drafter standing in for a draft service that misses its deadline the first time it is asked."""
+
+    name = "dies"
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def open(self, request):
+        session = self.inner.open(request)
+
+        class Session:
+            committed = session.committed
+
+            def propose(self, num_tokens):
+                raise DraftUnavailableError("the draft missed its per-round deadline")
+
+            def feedback(self, num_accepted, appended_ids):
+                session.feedback(num_accepted, appended_ids)
+
+            def close(self):
+                session.close()
+
+        return Session()
+
+
+def test_a_failing_wrapped_drafter_leaves_the_prediction_drafting(tiny_target, tiny_draft, prompt_ids, reference):
+    drafter = _DiesOnFirstProposal(ModelDrafter(tiny_draft.model))  # the generator wraps it with the request's prediction
+    result = _run(tiny_target, drafter, prompt_ids, sampling=GREEDY, prediction_ids=_edited(reference.token_ids))
+    assert result.token_ids == reference.token_ids
+    # The wrapped drafter is first asked after the edit at index 10; the prediction still drafts what follows it.
+    assert result.stats.accepted_prediction_tokens > 20
+
+
 @pytest.mark.parametrize("inner", ["none", "model", "lookup+model"])
 def test_greedy_with_an_exact_prediction_is_identical_and_accepts_it(tiny_target, tiny_draft, prompt_ids, reference, inner):
     drafter = {"none": None, "model": ModelDrafter(tiny_draft.model),
@@ -141,7 +176,7 @@ def test_greedy_with_an_exact_prediction_is_identical_and_accepts_it(tiny_target
     # Every emitted token but the one after each block was drafted from the prediction and kept.
     assert stats_.accepted_prediction_tokens == len(reference.token_ids) - stats_.rounds
     assert stats_.rejected_prediction_tokens == 0
-    assert stats_.rounds <= -(-len(reference.token_ids) // 17)  # blocks of prediction_draft_tokens (16) + 1
+    assert stats_.rounds <= -(-len(reference.token_ids) // 17)  # blocks of at least 16 predicted tokens + 1
 
 
 @pytest.mark.parametrize("inner", ["none", "lookup+model"])
