@@ -44,7 +44,7 @@ class GenerationRequest(BaseModel):
     # OpenAI predicted outputs: the user's guess at the output, drafted from first (drafters/prediction.py),
     # in blocks of up to prediction_draft_tokens; other drafters keep num_draft_tokens.
     prediction_ids: list[int] = Field(default_factory=list)
-    prediction_draft_tokens: int = Field(16, ge=1, le=64)
+    prediction_draft_tokens: int = Field(64, ge=1, le=64)
 
     @model_validator(mode="after")
     def _acceptance_fits(self) -> GenerationRequest:

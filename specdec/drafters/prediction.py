@@ -11,10 +11,16 @@ NOTE: lossless whatever the prediction says: its blocks carry a point-mass q (re
 greedy / coupled acceptance never read q; the verifier decides every token. After a predicted block
 is rejected at its first candidate, the next `backoff` rounds (doubling, up to `max_backoff`) go to
 the wrapped drafter: text that has left the prediction does not pay a wasted verification each round.
+When the wrapped drafter fails (a remote draft that misses its deadline on a loaded host), the
+session goes on with the prediction alone instead of failing the whole draft.
+Predicted blocks start at `start_tokens` and double after each block accepted in full (up to the
+round's budget, prediction_draft_tokens): a long verbatim copy takes few rounds, while a block that
+runs into an edit costs the target no more than `start_tokens` positions.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +29,9 @@ from specdec.batching import BatchingOptions
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import point_mass_block
 from specdec.enums import AcceptanceMode, TokenSource
+from specdec.errors import DraftUnavailableError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,8 @@ class PredictionSettings:
     max_ngram: int = 4  # longest generated suffix aligned first
     min_ngram: int = 1  # shortest that still counts (nearest to the expected place, so 1 is safe enough)
     max_backoff: int = 8  # most rounds handed to the wrapped drafter after a predicted block fails outright
+    start_tokens: int = 16  # first predicted block length, and the length again after a partial acceptance
+    max_tokens: int = 64  # longest a predicted block grows to (the round's budget caps it too)
 
 
 class PredictionDrafter:
@@ -55,14 +66,14 @@ class PredictionSession:
         self.prompt_length = len(request.prompt_ids)
         self.alignment = PredictionAlignment(request.prediction_ids)
         self.sends_q = request.acceptance is AcceptanceMode.REJECTION  # the only rule that reads q
-        self._own = CommittedSequence(list(request.prompt_ids)) if inner is None else None
+        self._own = CommittedSequence(list(request.prompt_ids))  # kept whatever the wrapped session does, so it can fail
         self.backoff = _Backoff(settings.max_backoff)
         self.last_predicted = 0  # candidates of the last block that came from the prediction
+        self.block_tokens = settings.start_tokens  # length of the next predicted block (grows while it is accepted in full)
 
     @property
     def committed(self) -> CommittedSequence:
-        # One sequence for every source: the wrapped session's, so its feedback applies to predicted blocks too.
-        return self.inner.committed if self.inner is not None else self._own
+        return self._own
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
@@ -70,30 +81,47 @@ class PredictionSession:
         candidates = []
         if num_tokens > 0 and self.backoff.ready():
             generated = self.committed.token_ids[self.prompt_length :]
-            candidates = self.alignment.continuation(generated, num_tokens, settings.max_ngram, settings.min_ngram)
+            candidates = self.alignment.continuation(generated, min(num_tokens, self.block_tokens), settings.max_ngram, settings.min_ngram)
         self.last_predicted = len(candidates)
         if not candidates:
             return self._inner_block(min(num_tokens, settings.inner_tokens))
         block = point_mass_block(candidates)
         block = replace(block, draft_probs=block.draft_probs if self.sends_q else None, compute_ms=(time.perf_counter() - started) * 1000,
                         sources=(TokenSource.PREDICTION,) * len(block))
-        self.committed.record_block(block)
+        if self.inner is not None:  # the wrapped session's feedback then applies to the predicted block too
+            self.inner.committed.record_block(block)
+        self._own.record_block(block)
         return block
 
     def _inner_block(self, num_tokens: int) -> DraftBlock:
-        if self.inner is not None:
-            return self.inner.propose(num_tokens)
         block = DraftBlock.empty()
-        self.committed.record_block(block)
+        if self.inner is not None:
+            try:
+                block = self.inner.propose(num_tokens)
+            except DraftUnavailableError as error:
+                self._drop_inner(error)
+        self._own.record_block(block)
         return block
+
+    def _drop_inner(self, error: DraftUnavailableError) -> None:
+        log.warning("wrapped drafter failed, drafting from the prediction alone: %s", error)
+        inner, self.inner = self.inner, None
+        try:
+            inner.close()
+        except DraftUnavailableError:
+            pass  # already gone: nothing left to release
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         if self.last_predicted:
             self.backoff.record(num_accepted > 0)
+            full = num_accepted >= self.last_predicted
+            self.block_tokens = min(2 * self.block_tokens, self.settings.max_tokens) if full else self.settings.start_tokens
+        self._own.apply_feedback(num_accepted, appended_ids, accepted_nodes)
         if self.inner is not None:
-            self.inner.feedback(num_accepted, appended_ids, *(() if accepted_nodes is None else (accepted_nodes,)))
-        else:
-            self.committed.apply_feedback(num_accepted, appended_ids, accepted_nodes)
+            try:
+                self.inner.feedback(num_accepted, appended_ids, *(() if accepted_nodes is None else (accepted_nodes,)))
+            except DraftUnavailableError as error:
+                self._drop_inner(error)
 
     def close(self) -> None:
         if self.inner is not None:

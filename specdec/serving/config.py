@@ -76,7 +76,7 @@ class SpeculativeSection(_Section):
     acceptance_sampling: bool = True
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
-    prediction_draft_tokens: int = Field(16, ge=1, le=64, description="most candidates per block drafted from a request's prediction")
+    prediction_draft_tokens: int = Field(64, ge=1, le=64, description="most candidates per block drafted from a request's prediction (blocks start at 16 and double while accepted in full)")
 
     @model_validator(mode="after")
     def _min_draft_tokens_within_draft_tokens(self) -> SpeculativeSection:

@@ -12,6 +12,7 @@ from specdec.drafters.base import DraftRequest
 from specdec.drafters.prediction import PredictionAlignment, PredictionDrafter, PredictionSettings
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.enums import AcceptanceMode, TokenSource
+from specdec.errors import DraftUnavailableError
 from specdec.generation import SpeculativeGenerator
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
@@ -95,6 +96,21 @@ def test_after_a_failed_prediction_the_wrapped_drafter_gets_backed_off_rounds(ti
     session.close()
 
 
+def test_predicted_blocks_double_while_accepted_in_full_and_restart_after_a_partial_acceptance():
+    prediction = list(range(100, 200))
+    session = PredictionDrafter(None, PredictionSettings(inner_tokens=2, start_tokens=2, max_tokens=8)).open(_request(prediction))
+    lengths = []
+    for accept_all in (True, True, True, True, False, True):
+        block = session.propose(6)  # the round's budget caps the growth below max_tokens
+        lengths.append(len(block))
+        candidates = block.candidate_ids.tolist()
+        accepted = candidates if accept_all else candidates[:1]
+        bonus = prediction[prediction.index(accepted[-1]) + 1]  # the target goes on copying the prediction
+        session.feedback(len(accepted), [bonus])
+    assert lengths == [2, 4, 6, 6, 6, 2]
+    session.close()
+
+
 # --- Through the speculative loop on the tiny pair -----------------------------------------------
 
 def _run(target, drafter, prompt_ids, **fields):
@@ -116,6 +132,40 @@ def _edited(token_ids: list[int]) -> list[int]:
     return edited
 
 
+class _DiesOnFirstProposal:
+    """A wrapped drafter standing in for a draft service that misses its deadline the first time it is asked."""
+
+    name = "dies"
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def open(self, request):
+        session = self.inner.open(request)
+
+        class Session:
+            committed = session.committed
+
+            def propose(self, num_tokens):
+                raise DraftUnavailableError("the draft missed its per-round deadline")
+
+            def feedback(self, num_accepted, appended_ids):
+                session.feedback(num_accepted, appended_ids)
+
+            def close(self):
+                session.close()
+
+        return Session()
+
+
+def test_a_failing_wrapped_drafter_leaves_the_prediction_drafting(tiny_target, tiny_draft, prompt_ids, reference):
+    drafter = _DiesOnFirstProposal(ModelDrafter(tiny_draft.model))  # the generator wraps it with the request's prediction
+    result = _run(tiny_target, drafter, prompt_ids, sampling=GREEDY, prediction_ids=_edited(reference.token_ids))
+    assert result.token_ids == reference.token_ids
+    # The wrapped drafter is first asked after the edit at index 10; the prediction still drafts what follows it.
+    assert result.stats.accepted_prediction_tokens > 20
+
+
 @pytest.mark.parametrize("inner", ["none", "model", "lookup+model"])
 def test_greedy_with_an_exact_prediction_is_identical_and_accepts_it(tiny_target, tiny_draft, prompt_ids, reference, inner):
     drafter = {"none": None, "model": ModelDrafter(tiny_draft.model),
@@ -126,7 +176,7 @@ def test_greedy_with_an_exact_prediction_is_identical_and_accepts_it(tiny_target
     # Every emitted token but the one after each block was drafted from the prediction and kept.
     assert stats_.accepted_prediction_tokens == len(reference.token_ids) - stats_.rounds
     assert stats_.rejected_prediction_tokens == 0
-    assert stats_.rounds <= -(-len(reference.token_ids) // 17)  # blocks of prediction_draft_tokens (16) + 1
+    assert stats_.rounds <= -(-len(reference.token_ids) // 17)  # blocks of at least 16 predicted tokens + 1
 
 
 @pytest.mark.parametrize("inner", ["none", "lookup+model"])
