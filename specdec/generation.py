@@ -14,6 +14,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from specdec.batching import SequenceRunner
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.enums import SpeculationPolicy
 from specdec.errors import DraftUnavailableError
@@ -144,6 +145,9 @@ class SpeculativeGenerator:
             vocab_size=self.target.vocab_size,
             draft_top_k=request.draft_top_k,
             tree=request.tree,
+            # The draft's own matcher: it drafts ahead in another thread while the target verifies.
+            constraint=GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), self.target.tokenizer,
+                                                   self.target.vocab_size, self.target.eos_token_ids),
         )
         try:
             return self.drafter.open(draft_request)

@@ -42,6 +42,15 @@ class GenerationRequest(BaseModel):
     ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: TopLogprobs = 0
+    # Structured outputs: an llguidance grammar (specdec.constraints.grammars) the output must match;
+    # part of the target distribution at every position. None: unconstrained.
+    grammar: str | None = None
+
+    @model_validator(mode="after")
+    def _grammar_ends_at_eos(self) -> GenerationRequest:
+        if self.grammar and self.ignore_eos:
+            raise ValueError("ignore_eos cannot be combined with a grammar: the grammar decides where the output ends")
+        return self
 
     @model_validator(mode="after")
     def _greedy_acceptance_needs_greedy_sampling(self) -> GenerationRequest:

@@ -14,6 +14,8 @@ import torch
 from specdec.acceptance import RoundVerdict, coupled_accept, coupled_tree_accept, greedy_accept, greedy_tree_accept, rejection_accept
 from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
 from specdec.batching import SequenceRunner
+from specdec.constraints.masking import mask_logits
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode, SpeculationPolicy, TokenSource
 from specdec.errors import InvalidRequestError
@@ -41,6 +43,9 @@ class TargetSession:
         # One generator per request, on the CPU so a seed means the same tokens on any device.
         self.generator = torch.Generator().manual_seed(request.seed)
         self.draft_length = draft_length_controller(request)
+        # Structured outputs: the grammar is part of the target distribution at every position; None: none.
+        self.constraint = GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), target.tokenizer, target.vocab_size,
+                                                      target.eos_token_ids)
 
     @property
     def finished(self) -> bool:
@@ -68,7 +73,7 @@ class TargetSession:
         started = time.perf_counter()
         num_candidates = len(block)
         if block.tree_parents is None:
-            logits = self.lm.advance(self.committed + block.candidate_ids.tolist(), num_candidates + 1)  # [k + 1, vocab]
+            logits = self._constrained(self.lm.advance(self.committed + block.candidate_ids.tolist(), num_candidates + 1), block)  # [k + 1, vocab]
             verdict = self._accept(block, logits)
         else:
             verdict, logits = self._verify_tree(block)
@@ -87,7 +92,7 @@ class TargetSession:
         Returns the verdict and the logits before each emitted token `[accepted + 1, vocab]`.
         """
         parents = block.tree_parents
-        logits = self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents)  # [n + 1, vocab]
+        logits = self._constrained(self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents), block)  # [n + 1, vocab]
         target_probs = processed_probs(logits, self.request.sampling)  # [n + 1, vocab]
         node_ids = block.candidate_ids.to(logits.device)
         if self.mode is AcceptanceMode.GREEDY:
@@ -102,6 +107,18 @@ class TargetSession:
             raise InvalidRequestError("acceptance", TREE_REJECTION_REFUSAL)
         self.lm.keep_path(verdict.accepted_nodes)
         return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
+
+    def _constrained(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The logits at every position of the block with the grammar's refused tokens at -inf.
+
+        NOTE: the one place the target distribution is constrained: every acceptance rule, the
+        bonus/recovered token and logprobs read these logits. Each position's mask is the grammar's
+        after the committed tokens and the candidates on that position's path.
+        """
+        if self.constraint is None:
+            return logits
+        allowed = self.constraint.allowed_along(self.committed, block.candidate_ids.tolist(), block.tree_parents)  # [n + 1, vocab]
+        return mask_logits(logits, allowed.to(logits.device))
 
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
         target_probs = processed_probs(logits, self.request.sampling)  # [k + 1, vocab]

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.enums import AcceptanceMode, TokenSource
 from specdec.sampling import SamplingParams, SparseDistribution
 from specdec.tree import TreeShape, check_root_path, tree_depth
@@ -31,6 +32,9 @@ class DraftRequest:
     vocab_size: int  # width of the target's logits; draft q is over the same ids
     draft_top_k: int = 32
     tree: TreeShape | None = None  # verification=tree: the tree a session may propose; None: chains only
+    # Structured outputs: the target's grammar, the session's own matcher. Drafters keep their candidates
+    # inside it so more are accepted (correctness never depends on it). None: unconstrained.
+    constraint: GrammarConstraint | None = None
 
 
 @dataclass(frozen=True)

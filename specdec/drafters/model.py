@@ -13,6 +13,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from specdec.batching import BatchingOptions, SequenceRunner, default_runner
+from specdec.constraints.masking import mask_logits
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.drafters.tree_draft import TreeRanking, draft_tree
 from specdec.enums import AcceptanceMode
@@ -76,8 +77,10 @@ class ModelDraftSession:
         sequence = list(self.committed.token_ids)
         candidates, sparse_rows = [], []
         for _ in range(num_tokens):
-            logits = self.lm.advance(sequence)[-1]
-            draft_probs = processed_probs(_fit_vocab(logits, self.request.vocab_size), self.request.sampling)
+            logits = _fit_vocab(self.lm.advance(sequence)[-1:], self.request.vocab_size)  # [1, vocab]
+            if self.request.constraint is not None:  # q over the grammar's tokens only: candidates stay valid
+                logits = mask_logits(logits, self.request.constraint.allowed(sequence).to(logits.device).unsqueeze(0))
+            draft_probs = processed_probs(logits[0], self.request.sampling)
             token_id, sparse = self._choose(draft_probs, position=len(sequence))
             candidates.append(token_id)
             sparse_rows.append(sparse)
