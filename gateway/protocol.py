@@ -6,7 +6,9 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from specdec.limits import MaxTokens, Seed, TokenId, TopK, TopLogprobs
 
@@ -64,6 +66,28 @@ class ChatMessage(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
+class JsonSchemaFormat(BaseModel):
+    name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: Any = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None  # the schema is always enforced in full (what the engine cannot enforce is refused)
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format (text, json_object, json_schema); regex, choice and grammar (Lark) are extensions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema", "regex", "choice", "grammar"]
+    json_schema: JsonSchemaFormat | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+    def as_dict(self) -> dict:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class _SamplingRequest(_Request):
     model: str
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -80,6 +104,9 @@ class _SamplingRequest(_Request):
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
+    response_format: ResponseFormat | None = None
+    # The grammar built from response_format (specdec.constraints), set by the gateway off the event loop.
+    _grammar: str | None = PrivateAttr(None)
 
     _valid_text = field_validator("model", "user", "stop")(_encodable)
 
@@ -90,6 +117,10 @@ class _SamplingRequest(_Request):
         if len(stops) > 16:
             raise ValueError("at most 16 stop sequences")
         return stops
+
+    @property
+    def grammar(self) -> str | None:
+        return self._grammar
 
     @field_validator("frequency_penalty", "presence_penalty", "logit_bias")
     @classmethod

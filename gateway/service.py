@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -18,6 +19,7 @@ from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard
 from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.upstream import Upstream
 from specdec.config import SpecdecConfig
+from specdec.constraints.grammars import response_format_grammar
 from specdec.metrics import ServiceMetrics
 from specdec.v1 import common_pb2
 
@@ -87,6 +89,8 @@ class Gateway:
         if asked is not None and asked > limit:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
         _check_prompt_length(request, await self._served())
+        if request.response_format is not None:  # compiled off the loop (bounded by MAX_GRAMMAR_CHARS); refused: 400 naming the field
+            request._grammar = await asyncio.to_thread(response_format_grammar, request.response_format.as_dict())
         return names[0]
 
     async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):

@@ -21,7 +21,8 @@ _FIELD = re.compile(r"^([\w.\[\]]+): ")
 # verify's field names -> the OpenAI request's
 _PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", "options.sampling.temperature": "temperature",
                 "options.sampling.top_p": "top_p", "options.sampling.top_k": "top_k", "prompt": "messages",
-                "options.chat.messages": "messages", "options.text": "prompt", "options.token_ids": "prompt"}
+                "options.chat.messages": "messages", "options.text": "prompt", "options.token_ids": "prompt",
+                "grammar": "response_format", "options.grammar": "response_format"}
 
 
 class Upstream:
@@ -85,7 +86,7 @@ def http_error(error: grpc.aio.AioRpcError) -> OpenAIError:
 
 def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_index: int) -> verify_pb2.GenerateRequest:
     """The GenerateRequest for one choice; choice i of a seeded request uses seed + i."""
-    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0)
+    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0, grammar=request.grammar or "")
     if isinstance(request, ChatCompletionRequest):
         options.chat.messages.extend(verify_pb2.ChatMessage(role=m.role, content=m.text()) for m in request.messages)
     elif isinstance(request.prompt, str):

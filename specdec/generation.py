@@ -146,8 +146,7 @@ class SpeculativeGenerator:
             draft_top_k=request.draft_top_k,
             tree=request.tree,
             # The draft's own matcher: it drafts ahead in another thread while the target verifies.
-            constraint=GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), self.target.tokenizer,
-                                                   self.target.vocab_size, self.target.eos_token_ids),
+            constraint=GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), self.target, self.target.vocab_size),
         )
         try:
             return self.drafter.open(draft_request)

@@ -44,8 +44,7 @@ class TargetSession:
         self.generator = torch.Generator().manual_seed(request.seed)
         self.draft_length = draft_length_controller(request)
         # Structured outputs: the grammar is part of the target distribution at every position; None: none.
-        self.constraint = GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), target.tokenizer, target.vocab_size,
-                                                      target.eos_token_ids)
+        self.constraint = GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), target, target.vocab_size)
 
     @property
     def finished(self) -> bool:

@@ -89,6 +89,7 @@ class RemoteDraftSession:
                 acceptance=acceptance_to_proto(request.acceptance), num_draft_tokens=num_tokens,
                 draft_top_k=request.draft_top_k, vocab_size=request.vocab_size, vocab_fingerprint=self.drafter.vocab_fingerprint,
                 tree_branching=request.tree.branching if request.tree else 0, tree_nodes=request.tree.max_nodes if request.tree else 0,
+                grammar=request.constraint.grammar if request.constraint is not None else "",
             ))
         num_accepted, appended, accepted_nodes = self.pending_feedback or (0, [], [])
         self.pending_feedback = None

@@ -74,6 +74,7 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         "draft_top_k": config.speculative.draft_top_k,
         **config.speculative.tree_request_fields(),
         "speculative": config.speculative.enabled,
+        "grammar": options.grammar or None,
         **({"seed": options.seed} if options.HasField("seed") else {}),
         **overrides,
     }

@@ -14,7 +14,8 @@ positions after an EOS are unreachable (generation ends there) and get an all-al
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 import llguidance
 import llguidance.hf
@@ -28,8 +29,14 @@ from specdec.tree import chain_parents
 ALL_ALLOWED = -1  # an int32 word with every bit set
 
 
+class GrammarVocabulary(Protocol):
+    """A loaded model (Hugging Face or GGUF) that can describe its vocabulary to the grammar engine."""
+
+    def grammar_tokenizer(self, vocab_size: int) -> llguidance.LLTokenizer: ...
+
+
 @functools.lru_cache(maxsize=8)
-def grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: tuple[int, ...]) -> llguidance.LLTokenizer:
+def hf_grammar_tokenizer(tokenizer, vocab_size: int, eos_ids: tuple[int, ...]) -> llguidance.LLTokenizer:
     """llguidance's view of a Hugging Face fast tokenizer (about a second to build, so cached per model)."""
     return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=list(eos_ids))
 
@@ -49,12 +56,12 @@ class GrammarConstraint:
         self.consumed: list[int] = []  # the tokens after the prompt the matcher has consumed, in order
 
     @staticmethod
-    def for_model(grammar: str | None, prompt_length: int, tokenizer, vocab_size: int, eos_ids: Iterable[int],
+    def for_model(grammar: str | None, prompt_length: int, model: GrammarVocabulary, vocab_size: int,
                   field: str = "grammar") -> GrammarConstraint | None:
-        """The constraint for a model's Hugging Face tokenizer, or None without a grammar."""
+        """The constraint over `model`'s vocabulary (`vocab_size` wide logits), or None without a grammar."""
         if not grammar:
             return None
-        return GrammarConstraint(grammar_tokenizer(tokenizer, vocab_size, tuple(sorted(eos_ids))), grammar, prompt_length, field)
+        return GrammarConstraint(model.grammar_tokenizer(vocab_size), grammar, prompt_length, field)
 
     def fork(self) -> GrammarConstraint:
         """An independent constraint over the same grammar (another thread's, such as a drafter's)."""

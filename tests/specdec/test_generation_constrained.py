@@ -49,7 +49,7 @@ def _run(target, drafter, prompt_ids, grammar, **fields):
 
 
 def _matches(target, prompt_ids, grammar, token_ids) -> bool:
-    constraint = GrammarConstraint.for_model(grammar, len(prompt_ids), target.tokenizer, target.vocab_size, target.eos_token_ids)
+    constraint = GrammarConstraint.for_model(grammar, len(prompt_ids), target, target.vocab_size)
     return constraint.valid_prefix_length(prompt_ids, token_ids) == len(token_ids)
 
 
@@ -104,7 +104,7 @@ def _first_pairs(target, drafter, prompt_ids, grammar) -> dict[tuple[int, int], 
 
 def _joint(target, prompt_ids, grammar) -> dict[tuple[int, int], float]:
     """The exact law of the first two tokens under the grammar (None: unconstrained), target-only."""
-    constraint = GrammarConstraint.for_model(grammar, len(prompt_ids), target.tokenizer, target.vocab_size, target.eos_token_ids)
+    constraint = GrammarConstraint.for_model(grammar, len(prompt_ids), target, target.vocab_size)
     lm = CachedSequence(target.model)
 
     def probs(sequence):
