@@ -115,11 +115,10 @@ class GrammarConstraint:
 
     def _move_to(self, generated: list[int]) -> bool:
         """Put the matcher after `generated`: True if the grammar allows it (False: refused or past an EOS)."""
-        common = 0
-        for mine, theirs in zip(self.consumed, generated):
-            if mine != theirs:
-                break
-            common += 1
+        common = len(self.consumed)
+        if generated[:common] != self.consumed:  # the usual case (an extension) is one C-speed comparison
+            common = next((i for i, (mine, theirs) in enumerate(zip(self.consumed, generated)) if mine != theirs),
+                          min(len(self.consumed), len(generated)))
         if common < len(self.consumed):
             self.matcher.rollback(len(self.consumed) - common)
             del self.consumed[common:]
