@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specdec.batching import BatchingOptions
-from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.constraints.matcher import grammar_prefix
+from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import lookup_continuation, point_mass_block
 from specdec.enums import AcceptanceMode
 
