@@ -98,5 +98,5 @@ async def _hold_stream(stub, deadline: float, tally: collections.Counter, send_o
 
 def hostile_failures(tally: collections.Counter) -> list[str]:
     """What in `tally` is not an explicit, expected answer."""
-    expected = ("oversized_400_messages", "oversized_429", "oversized_seconds", "slow_reader_200", "slow_reader_429", "idle_")
+    expected = ("oversized_400_messages", "oversized_413", "oversized_429", "oversized_seconds", "slow_reader_200", "slow_reader_429", "idle_")
     return [f"{count:g} x {outcome}" for outcome, count in tally.items() if not outcome.startswith(expected)]

@@ -8,7 +8,7 @@ then the same with --hostile-clients clients looping chat prompts just under the
 limit (max_tokens 4). In both phases one client sends small requests back to back (chat, 4 tokens,
 greedy) and another polls /ready every 0.25 s, as a Kubernetes readiness probe would. Reports /ready
 answers, small-request latency percentiles per phase, and what the hostile requests got. Exit status
-1 when /ready was ever not 200, a small request failed, or a hostile request got anything but 400.
+1 when /ready was ever not 200, a small request failed, or a hostile request got anything but 400 or 413.
 """
 
 from __future__ import annotations

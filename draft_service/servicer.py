@@ -20,7 +20,7 @@ from specdec.errors import InvalidRequestError, SpecdecError
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
 from specdec.metrics import ServiceMetrics
 from specdec.models import LoadedModel
-from specdec.rpc.convert import acceptance_from_proto, block_to_proto, sampling_from_proto, vocab_fingerprint
+from specdec.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
 from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.rpc.streams import StreamGate
 from specdec.tree import TreeShape
@@ -120,6 +120,8 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if not opening.prompt_ids:
             raise InvalidRequestError("open.prompt_ids", "must hold at least one token")
         sequence.extend(opening.prompt_ids, "open.prompt_ids")
+        penalties = penalties_from_proto(opening.penalties, "open.penalties")
+        penalties.check_vocab(opening.vocab_size, "open.penalties.logit_bias")
         return DraftRequest(
             prompt_ids=list(opening.prompt_ids),
             sampling=sampling_from_proto(opening.sampling, "open.sampling"),
@@ -128,6 +130,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             vocab_size=opening.vocab_size,
             draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
             tree=_tree_shape(opening),
+            penalties=penalties,
             constraint=self._constraint(opening),
         )
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from gateway.protocol import ChatCompletionRequest, CompletionRequest, SpeculativeStats, Usage, new_id, now
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, CompletionTokensDetails, SpeculativeStats, Usage, new_id, now
 from gateway.upstream import Upstream, generate_request
 from specdec.v1 import common_pb2, verify_pb2
 
@@ -113,7 +113,9 @@ def _offsets(entries: list[verify_pb2.TokenLogprob]) -> list[int]:
 def usage(choices: list[Choice]) -> Usage:
     prompt = choices[0].usage.prompt_tokens if choices and choices[0].usage else 0
     completion = sum(c.usage.completion_tokens for c in choices if c.usage)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    details = CompletionTokensDetails(accepted_prediction_tokens=sum(c.usage.accepted_prediction_tokens for c in choices if c.usage),
+                                      rejected_prediction_tokens=sum(c.usage.rejected_prediction_tokens for c in choices if c.usage))
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion, completion_tokens_details=details)
 
 
 def speculative(request: OpenAIRequest, choices: list[Choice]) -> SpeculativeStats:

@@ -51,8 +51,14 @@ def _validation_error(request: Request, error: RequestValidationError) -> JSONRe
     param = ".".join(location) or None
     if first.get("type") == "json_invalid":
         return bad_request(f"the body is not valid JSON: {first.get('msg')}").response()
-    message = "; ".join(f"{'.'.join(str(p) for p in item.get('loc', ()) if p != 'body') or 'body'}: {item.get('msg')}" for item in problems)
+    message = "; ".join(f"{'.'.join(str(p) for p in item.get('loc', ()) if p != 'body') or 'body'}: {_reason(item)}" for item in problems)
     return bad_request(message, param).response()
+
+
+def _reason(problem: dict) -> str:
+    if problem.get("type") == "extra_forbidden":  # as OpenAI's API answers an unknown field
+        return "unrecognized request argument: this server does not support this field"
+    return str(problem.get("msg"))
 
 
 def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Literal
-
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
@@ -29,8 +28,36 @@ def _encodable(value):
 
 
 class _Request(BaseModel):
-    # Unknown fields are ignored, as OpenAI-compatible servers do; unsupported known ones are refused.
-    model_config = ConfigDict(extra="ignore")
+    # Nothing is silently ignored: a field this server does not know is a 400 naming it, as OpenAI's own
+    # API answers; fields it does not honour are accepted only with the value that asks for nothing
+    # (NO_OP_VALUES). Harmless no-ops (user, store, metadata, ...) are declared and listed in the README.
+    model_config = ConfigDict(extra="forbid")
+
+
+# Fields accepted only with these values (what this server does anyway); anything else is a 400 naming the field.
+NO_OP_VALUES: dict[str, tuple] = {
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+    "functions": (None, []),
+    "function_call": (None, "none"),
+    "modalities": (None, ["text"]),
+    "audio": (None,),
+    "reasoning_effort": (None,),
+    "verbosity": (None,),
+    "web_search_options": (None,),
+    "suffix": (None, ""),
+    "refusal": (None,),
+    "tool_calls": (None, []),
+    "annotations": (None, []),
+}
+
+
+def _only_no_op(value, info):
+    allowed = NO_OP_VALUES[info.field_name]
+    if value not in allowed:
+        shown = " or ".join(json.dumps(item) for item in allowed)
+        raise ValueError(f"{info.field_name} is not supported by this server (accepted only as {shown})")
+    return value
 
 
 class SpeculativeOptions(BaseModel):
@@ -45,20 +72,33 @@ class SpeculativeOptions(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     include_usage: bool = False
 
 
 class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
-    name: str | None = None
+    name: str | None = None  # accepted; the chat template renders role and content only
+    # What an assistant message of a response carries back when resent: accepted empty only.
+    refusal: Any = None
+    tool_calls: Any = None
+    function_call: Any = None
+    audio: Any = None
+    annotations: Any = None
 
     _valid_text = field_validator("content", "name")(_encodable)
+    _not_honoured = field_validator("refusal", "tool_calls", "function_call", "audio", "annotations")(_only_no_op)
 
     def text(self) -> str:
         if self.content is None:
@@ -88,6 +128,34 @@ class ResponseFormat(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True)
 
 
+class PredictionContent(BaseModel):
+    """OpenAI predicted outputs: text the output is expected to mostly repeat (drafted from first)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["content"]
+    content: str | list[TextPart]
+
+    _valid_text = field_validator("content")(_encodable)
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
+
+
+def _logit_bias(value: dict[str, float] | None) -> dict[int, float] | None:
+    """JSON keys are strings: each must be a token id; each bias in [-100, 100]."""
+    if value is None:
+        return None
+    bias = {}
+    for key, amount in value.items():
+        if not key.strip().isdigit() or int(key) >= 2**31:
+            raise ValueError(f"keys must be token ids (non-negative integers), got {key!r}")
+        if not -100.0 <= amount <= 100.0:
+            raise ValueError(f"the bias of token {key} is {amount}; it must be in [-100, 100]")
+        bias[int(key)] = amount
+    return bias
+
+
 class _SamplingRequest(_Request):
     model: str
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -99,16 +167,24 @@ class _SamplingRequest(_Request):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
-    user: str | None = None
     speculative: SpeculativeOptions | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
-    response_format: ResponseFormat | None = None
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
+    repetition_penalty: float | None = Field(None, gt=0.0, allow_inf_nan=False, description="extension (Hugging Face / CTRL); 1 = off")
+    logit_bias: dict[str, Annotated[float, Field(allow_inf_nan=False)]] | None = None
+    # Harmless no-ops, accepted and listed in the README: nothing is stored, nothing is billed.
+    user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    response_format: ResponseFormat | None = None  # structured outputs (docs/structured-outputs.md); an extension on completions
     # The grammar built from response_format (specdec.constraints), set by the gateway off the event loop.
     _grammar: str | None = PrivateAttr(None)
 
     _valid_text = field_validator("model", "user", "stop")(_encodable)
+    _valid_bias = field_validator("logit_bias")(_logit_bias)
 
     @field_validator("stop")
     @classmethod
@@ -122,20 +198,28 @@ class _SamplingRequest(_Request):
     def grammar(self) -> str | None:
         return self._grammar
 
-    @field_validator("frequency_penalty", "presence_penalty", "logit_bias")
-    @classmethod
-    def _unsupported(cls, value, info):
-        if value:  # 0 / {} / null are the OpenAI defaults and change nothing
-            raise ValueError(f"{info.field_name} is not supported: it would change the target model's distribution")
-        return value
-
 
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: MaxTokens | None = None
+    max_tokens: MaxTokens | None = Field(None, description="unset: to the end of the context")
     max_completion_tokens: MaxTokens | None = None
     logprobs: bool = False
     top_logprobs: TopLogprobs | None = None
+    prediction: PredictionContent | None = None
+    parallel_tool_calls: bool | None = None  # a no-op without tools
+    # Not honoured yet (tools come later): accepted only as NO_OP_VALUES says.
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    modalities: Any = None
+    audio: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    web_search_options: Any = None
+
+    _not_honoured = field_validator("tools", "tool_choice", "functions", "function_call", "modalities", "audio",
+                                    "reasoning_effort", "verbosity", "web_search_options")(_only_no_op)
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -147,8 +231,18 @@ class CompletionRequest(_SamplingRequest):
     max_tokens: MaxTokens | None = 16
     logprobs: TopLogprobs | None = None
     echo: bool = False
+    best_of: int | None = Field(None, ge=1)
+    suffix: Any = None
 
     _valid_prompt = field_validator("prompt")(_encodable)
+    _not_honoured = field_validator("suffix")(_only_no_op)
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of_is_n(cls, value: int | None, info) -> int | None:
+        if value is not None and value != info.data.get("n", 1):
+            raise ValueError("best_of is not supported by this server (accepted only equal to n: every choice generated is returned)")
+        return value
 
     @field_validator("prompt")
     @classmethod
@@ -173,10 +267,16 @@ class CompletionRequest(_SamplingRequest):
         return self.max_tokens
 
 
+class CompletionTokensDetails(BaseModel):
+    accepted_prediction_tokens: int = 0  # candidates drafted from `prediction` that the target kept
+    rejected_prediction_tokens: int = 0  # ... that it rejected (computed, so counted as completion work, as OpenAI does)
+
+
 class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    completion_tokens_details: CompletionTokensDetails = CompletionTokensDetails()
 
 
 class SpeculativeStats(BaseModel):

@@ -11,6 +11,7 @@ from pathlib import Path
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from gateway.body_limit import largest_useful_body
 from gateway.admission import Admission, RateLimiter
 from gateway.auth import ApiKeys, AuditKeyIds, ClientAllowList
 from gateway.choices import Completion, open_streams, run_all
@@ -61,6 +62,12 @@ class Gateway:
             request.state.key_id = self.key_ids.of(key)  # never the key itself
             return key
         return request.client.host if request.client else "anonymous"
+
+    def useful_body_bytes(self) -> int | None:
+        """The largest body worth reading (gateway/body_limit.py); None before verify's status is known."""
+        if self._status is None or not self._status.max_prompt_chars:
+            return None
+        return largest_useful_body(self._status.max_prompt_chars)
 
     async def _served(self) -> common_pb2.ServerStatus:
         if self._status is None:
@@ -160,6 +167,10 @@ def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, sta
         count, size = (len(parts) if chat else 0), sum(map(len, parts))
     else:
         count, size = len(request.prompt), 0
+    prediction = len(request.prediction.text()) if chat and request.prediction is not None else 0
+    if prediction > status.max_prompt_chars:
+        raise bad_request(f"prediction: {prediction} characters cannot fit in the model's context of {status.max_context} tokens "
+                          f"(at most {status.max_prompt_chars})", "prediction")
     if count > status.max_context:
         what = f"{count} {'messages' if chat else 'tokens'}"
     elif size > status.max_prompt_chars:

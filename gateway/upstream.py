@@ -21,6 +21,8 @@ _FIELD = re.compile(r"^([\w.\[\]]+): ")
 # verify's field names -> the OpenAI request's
 _PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", "options.sampling.temperature": "temperature",
                 "options.sampling.top_p": "top_p", "options.sampling.top_k": "top_k", "prompt": "messages",
+                "options.penalties.logit_bias": "logit_bias", "options.penalties.presence_penalty": "presence_penalty",
+                "options.penalties.frequency_penalty": "frequency_penalty", "options.penalties.repetition_penalty": "repetition_penalty",
                 "options.chat.messages": "messages", "options.text": "prompt", "options.token_ids": "prompt",
                 "grammar": "response_format", "options.grammar": "response_format"}
 
@@ -96,9 +98,15 @@ def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_
     for name in ("temperature", "top_p", "top_k", "min_p"):
         if getattr(request, name) is not None:
             setattr(options.sampling, name, getattr(request, name))
+    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
+        if getattr(request, name) is not None:
+            setattr(options.penalties, name, getattr(request, name))
+    options.penalties.logit_bias.update(request.logit_bias or {})
     if request.seed is not None:
         options.seed = (request.seed + choice_index) % 2**64
     message = verify_pb2.GenerateRequest(options=options, request_id=f"choice-{choice_index}")
+    if isinstance(request, ChatCompletionRequest) and request.prediction is not None:
+        message.prediction = request.prediction.text()
     _apply_speculative(message, request)
     _apply_logprobs(message, request)
     return message

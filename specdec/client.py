@@ -20,8 +20,9 @@ from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 _SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p"}
 _OPTION_FIELDS = {"seed", "stop", "max_tokens", "ignore_eos", "acceptance"}
+_PENALTY_FIELDS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"}
 _REQUEST_FIELDS = {"speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy",
-                   "provenance"}
+                   "provenance", "prediction"}
 _POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
 _ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED,
                "greedy": common_pb2.ACCEPTANCE_MODE_GREEDY}
@@ -55,6 +56,10 @@ def generation_options(prompt: Prompt, **settings) -> verify_pb2.GenerationOptio
             continue
         if name in _SAMPLING_FIELDS:
             setattr(options.sampling, name, value)
+        elif name == "logit_bias":
+            options.penalties.logit_bias.update(value)
+        elif name in _PENALTY_FIELDS:
+            setattr(options.penalties, name, value)
         elif name == "acceptance":
             options.acceptance = _ACCEPTANCE[value]
         elif name == "stop":

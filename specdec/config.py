@@ -75,6 +75,7 @@ class SpeculativeSection(_Section):
     acceptance_sampling: bool = True
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
+    prediction_draft_tokens: int = Field(16, ge=1, le=64, description="most candidates per block drafted from a request's prediction")
 
     @model_validator(mode="after")
     def _min_draft_tokens_within_draft_tokens(self) -> SpeculativeSection:
@@ -179,7 +180,7 @@ class VerifyServiceSection(_BatchingSection):
     draft_endpoint: str | None = "localhost:50051"
     draft_round_timeout_ms: float = Field(2000.0, gt=0, description="a draft slower than this for one block is abandoned")
     max_sessions: int = Field(64, ge=1)
-    default_max_tokens: int = Field(256, ge=1)
+    default_max_tokens: int | None = Field(None, ge=1, description="max_tokens of a request that sets none; default: to the end of the context")
     grace_seconds: float = Field(10.0, ge=0, description="time in-flight requests get on shutdown")
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
     load_aware_speculation: bool = Field(True, description="no drafting at loads where it measurably delivers fewer tokens/s")

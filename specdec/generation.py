@@ -16,7 +16,8 @@ from opentelemetry import trace
 from specdec.batching import SequenceRunner
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
-from specdec.enums import SpeculationPolicy
+from specdec.enums import SpeculationPolicy, TokenSource
+from specdec.drafters.prediction import with_prediction
 from specdec.errors import DraftUnavailableError
 from specdec.load_policy import LoadAwareSpeculation
 from specdec.models import LoadedModel
@@ -117,6 +118,8 @@ class SpeculativeGenerator:
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         if len(block):
             stats.record_round(len(block), verdict.num_accepted)
+        if block.sources[:1] == (TokenSource.PREDICTION,):
+            stats.record_prediction(len(block), verdict.num_accepted)
         chunk.round = info = replace(chunk.round, transport_ms=max(0.0, propose_ms - block.compute_ms), fallback=stats.fallback,
                                      chosen_k=budget if drafting else None)
         target.learn_from_round(info)
@@ -135,7 +138,9 @@ class SpeculativeGenerator:
             otel_context.detach(token)
 
     def _open_draft(self, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
-        if not request.speculative or self.drafter is None:
+        # The request's prediction (if any) is drafted from first, here beside the verifier: no round trip for it.
+        drafter = with_prediction(self.drafter, request.prediction_ids, request.num_draft_tokens)
+        if not request.speculative or drafter is None:
             return None
         draft_request = DraftRequest(
             prompt_ids=list(request.prompt_ids),
@@ -145,11 +150,13 @@ class SpeculativeGenerator:
             vocab_size=self.target.vocab_size,
             draft_top_k=request.draft_top_k,
             tree=request.tree,
+            penalties=request.penalties,
+            prediction_ids=tuple(request.prediction_ids),
             # The draft's own matcher: it drafts ahead in another thread while the target verifies.
             constraint=GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), self.target, self.target.vocab_size),
         )
         try:
-            return self.drafter.open(draft_request)
+            return drafter.open(draft_request)
         except DraftUnavailableError as error:
             log.warning("drafter unavailable, decoding with the target alone: %s", error)
             trace.get_current_span().add_event("fallback", {"specdec.reason": str(error)})

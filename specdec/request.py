@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specdec.enums import AcceptanceMode, SpeculationPolicy
 from specdec.limits import Seed, TopLogprobs
+from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams
 from specdec.tree import TreeShape
 
@@ -24,6 +25,7 @@ class GenerationRequest(BaseModel):
     prompt_ids: list[int] = Field(min_length=1)
     max_tokens: int = Field(64, ge=1)
     sampling: SamplingParams = SamplingParams()
+    penalties: Penalties = Penalties()  # part of the target distribution (specdec.penalties)
     seed: Seed = Field(default_factory=lambda: secrets.randbits(63))
     stop: list[str] = Field(default_factory=list)
     speculative: bool = True
@@ -42,6 +44,10 @@ class GenerationRequest(BaseModel):
     ignore_eos: bool = False
     logprobs: bool = False
     top_logprobs: TopLogprobs = 0
+    # OpenAI predicted outputs: the user's guess at the output, drafted from first (drafters/prediction.py),
+    # in blocks of up to prediction_draft_tokens; other drafters keep num_draft_tokens.
+    prediction_ids: list[int] = Field(default_factory=list)
+    prediction_draft_tokens: int = Field(16, ge=1, le=64)
     # Structured outputs: an llguidance grammar (specdec.constraints.grammars) the output must match;
     # part of the target distribution at every position. None: unconstrained.
     grammar: str | None = None
@@ -85,6 +91,10 @@ class GenerationStats:
     fallback: bool = False
     proposed_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
+    # OpenAI's usage.completion_tokens_details: candidates drafted from the request's prediction
+    # that the target kept, and those it rejected (both are computed, and counted as completion work).
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
     def record_round(self, num_candidates: int, num_accepted: int) -> None:
         self.rounds += 1
@@ -98,6 +108,10 @@ class GenerationStats:
             self.proposed_per_position[position] += 1
             self.accepted_per_position[position] += position < num_accepted
 
+    def record_prediction(self, num_candidates: int, num_accepted: int) -> None:
+        self.accepted_prediction_tokens += num_accepted
+        self.rejected_prediction_tokens += num_candidates - num_accepted
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
@@ -109,6 +123,8 @@ class GenerationStats:
             "accepted_tokens": self.accepted_tokens,
             "acceptance_rate": round(self.acceptance_rate, 6),
             "fallback": self.fallback,
+            "accepted_prediction_tokens": self.accepted_prediction_tokens,
+            "rejected_prediction_tokens": self.rejected_prediction_tokens,
             "acceptance_by_position": [
                 round(accepted / proposed, 6) if proposed else 0.0
                 for accepted, proposed in zip(self.accepted_per_position, self.proposed_per_position)

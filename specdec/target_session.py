@@ -22,9 +22,10 @@ from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.noise import keyed_gumbel
 from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
+from specdec.penalties import LogitsTransform, path_rows
 from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
 from specdec.sampling import processed_probs
-from specdec.tree import node_depths
+from specdec.tree import chain_parents, node_depths
 
 
 class TargetSession:
@@ -43,6 +44,8 @@ class TargetSession:
         # One generator per request, on the CPU so a seed means the same tokens on any device.
         self.generator = torch.Generator().manual_seed(request.seed)
         self.draft_length = draft_length_controller(request)
+        # Penalties / logit_bias: part of the target distribution at every position; None when there are none.
+        self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, target.vocab_size, target.device)
         # Structured outputs: the grammar is part of the target distribution at every position; None: none.
         self.constraint = GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), target, target.vocab_size)
 
@@ -61,6 +64,8 @@ class TargetSession:
         With adaptive K this is the controller's choice for the round (num_draft_tokens bounds it).
         """
         wanted = self.draft_length.next_k() if self.draft_length is not None else self.request.num_draft_tokens
+        if self.request.prediction_ids:  # predicted blocks may be longer (drafters/prediction.py caps the others at K)
+            wanted = max(wanted, self.request.prediction_draft_tokens)
         return max(0, min(wanted, self.output.remaining - 1))
 
     def learn_from_round(self, info: RoundInfo) -> None:
@@ -72,7 +77,7 @@ class TargetSession:
         started = time.perf_counter()
         num_candidates = len(block)
         if block.tree_parents is None:
-            logits = self._constrained(self.lm.advance(self.committed + block.candidate_ids.tolist(), num_candidates + 1), block)  # [k + 1, vocab]
+            logits = self.lm.advance(self.committed + block.candidate_ids.tolist(), num_candidates + 1)  # [k + 1, vocab]
             verdict = self._accept(block, logits)
         else:
             verdict, logits = self._verify_tree(block)
@@ -91,8 +96,8 @@ class TargetSession:
         Returns the verdict and the logits before each emitted token `[accepted + 1, vocab]`.
         """
         parents = block.tree_parents
-        logits = self._constrained(self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents), block)  # [n + 1, vocab]
-        target_probs = processed_probs(logits, self.request.sampling)  # [n + 1, vocab]
+        logits = self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents)  # [n + 1, vocab]
+        target_probs = self._target_probs(logits, block)  # [n + 1, vocab]
         node_ids = block.candidate_ids.to(logits.device)
         if self.mode is AcceptanceMode.GREEDY:
             verdict = greedy_tree_accept(node_ids, parents, target_probs)
@@ -107,20 +112,24 @@ class TargetSession:
         self.lm.keep_path(verdict.accepted_nodes)
         return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
 
-    def _constrained(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
-        """The logits at every position of the block with the grammar's refused tokens at -inf.
+    def _target_probs(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The target distribution at every position of the block: the request's transforms of the raw logits.
 
-        NOTE: the one place the target distribution is constrained: every acceptance rule, the
-        bonus/recovered token and logprobs read these logits. Each position's mask is the grammar's
-        after the committed tokens and the candidates on that position's path.
+        NOTE: the one place the target distribution is defined for verification (DESIGN.md, constraints
+        and penalties): penalties / logit_bias, then the grammar's mask, then temperature, top-k/top-p.
+        Position i's penalties and mask follow the committed tokens and the candidates on i's own path
+        (a chain's first i, a tree node's ancestors). Logprobs stay the model's own (the raw logits).
         """
-        if self.constraint is None:
-            return logits
-        allowed = self.constraint.allowed_along(self.committed, block.candidate_ids.tolist(), block.tree_parents)  # [n + 1, vocab]
-        return mask_logits(logits, allowed.to(logits.device))
+        node_ids = block.candidate_ids.tolist()
+        parents = block.tree_parents if block.tree_parents is not None else chain_parents(len(node_ids))
+        if self.transform is not None:
+            logits = self.transform(logits, self.committed, node_ids, path_rows(parents))
+        if self.constraint is not None:
+            logits = mask_logits(logits, self.constraint.allowed_along(self.committed, node_ids, parents).to(logits.device))
+        return processed_probs(logits, self.request.sampling)
 
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
-        target_probs = processed_probs(logits, self.request.sampling)  # [k + 1, vocab]
+        target_probs = self._target_probs(logits, block)  # [k + 1, vocab]
         candidate_ids = block.candidate_ids.to(logits.device)
         if self.mode is AcceptanceMode.GREEDY:
             return greedy_accept(candidate_ids, target_probs)
@@ -145,9 +154,10 @@ def round_sources(block: DraftBlock, verdict: RoundVerdict) -> list[TokenSource]
 def draft_length_controller(request: GenerationRequest) -> DraftLengthController | None:
     """Adaptive K for a speculative request that asked for it; None keeps K = num_draft_tokens.
 
-    Chains only: its model counts a round's candidates as one path, which a token tree is not.
+    Chains only: its model counts a round's candidates as one path, which a token tree is not. Not
+    with a prediction either: predicted blocks have their own length (prediction_draft_tokens).
     """
-    if not (request.adaptive_k and request.speculative) or request.tree is not None:
+    if not (request.adaptive_k and request.speculative) or request.tree is not None or request.prediction_ids:
         return None
     max_k = request.num_draft_tokens
     least = request.min_draft_tokens
@@ -162,6 +172,7 @@ def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:
     bad = next((token for token in request.prompt_ids if not 0 <= token < vocab_size), None)
     if bad is not None:
         raise InvalidRequestError("prompt_ids", f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    request.penalties.check_vocab(vocab_size, "penalties.logit_bias")
     prompt_tokens, context = len(request.prompt_ids), target.max_context
     if prompt_tokens >= context:
         raise InvalidRequestError("prompt", f"the prompt has {prompt_tokens} tokens but the model's context is {context} tokens")

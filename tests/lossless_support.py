@@ -7,6 +7,7 @@ from scipy import stats
 from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import CachedSequence
 from specdec.models import LoadedModel
+from specdec.penalties import LogitsTransform
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, processed_probs
 
@@ -14,12 +15,19 @@ TRIALS = 1500
 JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
 
 
-def exact_joint(target: LoadedModel, prompt_ids: list[int]) -> dict[tuple[int, int], float]:
+def exact_joint(target: LoadedModel, prompt_ids: list[int], sampling: SamplingParams = JOINT_SAMPLING,
+                transform: LogitsTransform | None = None) -> dict[tuple[int, int], float]:
+    """P(first two tokens) under the target's processed distribution (after `transform`, if any)."""
     lm = CachedSequence(target.model)
-    first = processed_probs(lm.advance(prompt_ids)[-1].double(), JOINT_SAMPLING)
+
+    def probs(sequence: list[int]):
+        logits = lm.advance(sequence)[-1:].double()  # [1, vocab]
+        return processed_probs((transform(logits, sequence) if transform is not None else logits)[0], sampling)
+
+    first = probs(prompt_ids)
     joint = {}
     for token in first.nonzero().flatten().tolist():
-        second = processed_probs(lm.advance([*prompt_ids, token])[-1].double(), JOINT_SAMPLING)
+        second = probs([*prompt_ids, token])
         for next_token in second.nonzero().flatten().tolist():
             joint[(token, next_token)] = float(first[token] * second[next_token])
     return joint

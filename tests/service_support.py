@@ -231,3 +231,9 @@ def sampling_params_strategy():
 
 # A status detail that names its field first, e.g. "options.sampling.top_p: must be > 0".
 FIELD_FIRST = re.compile(r"^[\w.\[\]]+: \S")
+
+
+def whole_word_bias(tokenizer) -> dict[int, float]:
+    """logit_bias +100 on the whole-word tokens (" river", " the", ...): a tiny random model then writes
+    text that re-tokenizes to the very same ids, so a `prediction` given as that text aligns token for token."""
+    return {token_id: 100.0 for token, token_id in tokenizer.get_vocab().items() if re.fullmatch(r"Ġ[a-z]{2,}", token)}

@@ -4,6 +4,9 @@ The core loop runs in a worker thread and is synchronous; the stream lives on th
 event loop. Each propose is one round trip (the previous round's feedback rides along with the
 request for the next block) bounded by the per-round deadline; any failure raises
 DraftUnavailableError, which makes the loop continue with the target alone.
+
+Blocks the draft service never saw (an empty local block, or another drafter's recorded in this
+session's sequence, as drafters/prediction.py does) reach it as appended tokens in the next feedback.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import grpc
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.enums import AcceptanceMode
 from specdec.errors import DraftUnavailableError, InvalidRequestError
-from specdec.rpc.convert import acceptance_to_proto, block_from_proto, sampling_to_proto
+from specdec.rpc.convert import acceptance_to_proto, block_from_proto, penalties_to_proto, sampling_to_proto
 from specdec.v1 import draft_pb2, draft_pb2_grpc  # noqa: F401 -- stub type in signatures
 
 log = logging.getLogger(__name__)
@@ -51,8 +54,9 @@ class RemoteDraftSession:
         self.deadline_s = deadline_s
         self.committed = CommittedSequence(list(request.prompt_ids))
         self.call: grpc.aio.StreamStreamCall | None = None
-        self.pending_feedback: tuple[int, list[int]] | None = None
-        self.last_block_local = False
+        # The feedback the draft service has not been sent yet: (accepted of its last block, appended, accepted nodes).
+        self.pending_feedback: tuple[int, list[int], list[int]] | None = None
+        self.remote_block_out = False  # the last block recorded is the draft service's (its feedback is owed)
         self.closed = False
 
     def propose(self, num_tokens: int) -> DraftBlock:
@@ -63,11 +67,9 @@ class RemoteDraftSession:
             # round rides along with the next request, merged with what is still pending.
             block = DraftBlock.empty()
             self.committed.record_block(block)
-            self.last_block_local = True
             return block
-        self.last_block_local = False
-        message = self._next_message(num_tokens)
-        future = asyncio.run_coroutine_threadsafe(self._exchange(message), self.drafter.loop)
+        messages = self._next_messages(num_tokens)
+        future = asyncio.run_coroutine_threadsafe(self._exchange(messages), self.drafter.loop)
         try:
             response = future.result(timeout=self.drafter.round_timeout_s)
         except concurrent.futures.TimeoutError as error:
@@ -79,30 +81,40 @@ class RemoteDraftSession:
             raise DraftUnavailableError(f"draft service: {type(error).__name__}: {error}") from error
         block = self._checked_block(response, num_tokens)
         self.committed.record_block(block)
+        self.remote_block_out = True
         return block
 
-    def _next_message(self, num_tokens: int) -> draft_pb2.ProposeRequest:
+    def _next_messages(self, num_tokens: int) -> list[draft_pb2.ProposeRequest]:
+        """The request for the next block: the feedback owed, or `open` (then, when tokens were
+        committed before the stream opened, an empty first block and those tokens as feedback)."""
+        pending, self.pending_feedback = self.pending_feedback, None
+        messages = []
         if self.call is None:
             request = self.request
-            return draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(
+            messages.append(draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(
                 prompt_ids=request.prompt_ids, sampling=sampling_to_proto(request.sampling), seed=request.seed,
-                acceptance=acceptance_to_proto(request.acceptance), num_draft_tokens=num_tokens,
+                acceptance=acceptance_to_proto(request.acceptance), num_draft_tokens=0 if pending else num_tokens,
                 draft_top_k=request.draft_top_k, vocab_size=request.vocab_size, vocab_fingerprint=self.drafter.vocab_fingerprint,
                 tree_branching=request.tree.branching if request.tree else 0, tree_nodes=request.tree.max_nodes if request.tree else 0,
+                penalties=penalties_to_proto(request.penalties),
                 grammar=request.constraint.grammar if request.constraint is not None else "",
-            ))
-        num_accepted, appended, accepted_nodes = self.pending_feedback or (0, [], [])
-        self.pending_feedback = None
-        return draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(num_accepted=num_accepted, appended_ids=appended, num_draft_tokens=num_tokens,
-                                                                           accepted_nodes=accepted_nodes))
+            )))
+            if not pending:
+                return messages
+        num_accepted, appended, accepted_nodes = pending or (0, [], [])
+        messages.append(draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(
+            num_accepted=num_accepted, appended_ids=appended, num_draft_tokens=num_tokens, accepted_nodes=accepted_nodes)))
+        return messages
 
-    async def _exchange(self, message: draft_pb2.ProposeRequest) -> draft_pb2.ProposeResponse:
+    async def _exchange(self, messages: list[draft_pb2.ProposeRequest]) -> draft_pb2.ProposeResponse:
+        """Send `messages`; the answer to the last (each message is answered by one block)."""
         if self.call is None:
             self.call = self.drafter.stub.Propose(timeout=self.deadline_s)
-        await self.call.write(message)
-        response = await self.call.read()
-        if response is grpc.aio.EOF:
-            raise DraftUnavailableError("the draft service ended the stream")
+        for message in messages:
+            await self.call.write(message)
+            response = await self.call.read()
+            if response is grpc.aio.EOF:
+                raise DraftUnavailableError("the draft service ended the stream")
         return response
 
     def _checked_block(self, response: draft_pb2.ProposeResponse, num_tokens: int) -> DraftBlock:
@@ -122,12 +134,16 @@ class RemoteDraftSession:
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         was_tree = self.committed.last_parents is not None
+        block = list(self.committed.last_block)
         path = self.committed.apply_feedback(num_accepted, appended_ids, accepted_nodes)
-        if self.last_block_local and self.pending_feedback is not None:  # the draft never saw that empty block
-            pending_accepted, pending_appended, pending_nodes = self.pending_feedback
-            self.pending_feedback = (pending_accepted, [*pending_appended, *appended_ids], pending_nodes)
-        else:
+        if self.remote_block_out:
+            self.remote_block_out = False
             self.pending_feedback = (num_accepted, list(appended_ids), path if was_tree else [])
+            return
+        # A block the draft service never saw: what it added to the sequence rides along as appended tokens.
+        added = [*(block[node] for node in path), *appended_ids]
+        pending_accepted, pending_appended, pending_nodes = self.pending_feedback or (0, [], [])
+        self.pending_feedback = (pending_accepted, [*pending_appended, *added], pending_nodes)
 
     def close(self) -> None:
         """End the stream: the draft service frees this session's KV cache at once."""

@@ -10,7 +10,7 @@ from specdec.errors import InvalidRequestError
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
 from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
-from specdec.rpc.convert import acceptance_from_proto, sampling_from_proto
+from specdec.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64
@@ -39,6 +39,15 @@ def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, m
     return size if unit == "characters" else 0
 
 
+def check_prediction_size(prediction: str, max_context: int, max_chars: int) -> int:
+    """A prediction longer than any output the context can hold is refused before tokenizing it, as
+    prompts are (check_prompt_size). Returns its characters."""
+    if len(prediction) > max_chars:
+        raise InvalidRequestError("prediction", f"{len(prediction)} characters cannot fit in the model's context of {max_context} tokens "
+                                                f"(at most {max_chars} characters)")
+    return len(prediction)
+
+
 def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: LoadedModel) -> list[int]:
     kind = options.WhichOneof("prompt")
     if kind == "text":
@@ -59,25 +68,31 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Loade
     raise InvalidRequestError("options.prompt", "set one of text, chat or token_ids")
 
 
-def generation_request(options: verify_pb2.GenerationOptions, target: LoadedModel, config: SpecdecConfig, **overrides) -> GenerationRequest:
-    """Build and validate; every problem is an InvalidRequestError naming its field."""
+def generation_request(options: verify_pb2.GenerationOptions, target: LoadedModel, config: SpecdecConfig, prediction: str = "",
+                       **overrides) -> GenerationRequest:
+    """Build and validate; every problem is an InvalidRequestError naming its field. `prediction`:
+    the text of OpenAI predicted outputs (Generate's), tokenized here like the prompt."""
     fields = {
         "prompt_ids": prompt_ids_from_options(options, target),
         "sampling": sampling_from_proto(options.sampling, "options.sampling"),
+        "penalties": penalties_from_proto(options.penalties, "options.penalties"),
         "stop": list(options.stop),
-        "max_tokens": options.max_tokens or config.verify_service.default_max_tokens,
         "ignore_eos": options.ignore_eos,
         "acceptance": acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
         "num_draft_tokens": config.speculative.draft_tokens,
         "adaptive_k": config.speculative.adaptive_k,
         "min_draft_tokens": config.speculative.min_draft_tokens,
         "draft_top_k": config.speculative.draft_top_k,
+        "prediction_draft_tokens": config.speculative.prediction_draft_tokens,
+        "prediction_ids": target.tokenizer(prediction, add_special_tokens=False)["input_ids"] if prediction else [],
         **config.speculative.tree_request_fields(),
         "speculative": config.speculative.enabled,
         "grammar": options.grammar or None,
         **({"seed": options.seed} if options.HasField("seed") else {}),
         **overrides,
     }
+    fields["penalties"].check_vocab(target.vocab_size, "options.penalties.logit_bias")
+    fields["max_tokens"] = options.max_tokens or default_max_tokens(len(fields["prompt_ids"]), target, config)
     if fields["sampling"].is_greedy and fields["acceptance"] is not AcceptanceMode.GREEDY:
         fields["acceptance"] = AcceptanceMode.GREEDY
     if fields.get("tree_branching") and fields["speculative"] and fields["acceptance"] is AcceptanceMode.REJECTION:
@@ -90,8 +105,15 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         raise InvalidRequestError(field, item["msg"]) from error
 
 
+def default_max_tokens(prompt_tokens: int, target: LoadedModel, config: SpecdecConfig) -> int:
+    """max_tokens when the request sets none: the configured default, else to the end of the context."""
+    room = max(1, target.max_context - prompt_tokens)  # NOTE: a prompt that fills the context is refused later, naming it
+    configured = config.verify_service.default_max_tokens
+    return room if configured is None else min(configured, room)
+
+
 def generate_overrides(request: verify_pb2.GenerateRequest) -> dict:
-    overrides = {"logprobs": request.logprobs, "top_logprobs": request.top_logprobs}
+    overrides = {"logprobs": request.logprobs, "top_logprobs": request.top_logprobs, "prediction": request.prediction}
     if request.HasField("speculative"):
         overrides["speculative"] = request.speculative
     if request.HasField("num_draft_tokens"):

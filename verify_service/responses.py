@@ -26,6 +26,8 @@ def generate_response(chunk: GenerationChunk, request: GenerationRequest, stats:
     if chunk.finish_reason is not None:
         message.finish_reason = chunk.finish_reason
         message.usage.CopyFrom(_usage(len(request.prompt_ids), completion_tokens))
+        message.usage.accepted_prediction_tokens = stats.accepted_prediction_tokens
+        message.usage.rejected_prediction_tokens = stats.rejected_prediction_tokens
         message.summary.CopyFrom(verify_pb2.SpeculativeSummary(
             enabled=request.speculative, rounds=stats.rounds, draft_tokens=stats.draft_tokens,
             accepted_tokens=stats.accepted_tokens, acceptance_rate=stats.acceptance_rate, fallback=stats.fallback,

@@ -29,7 +29,7 @@ from specdec.rpc.streams import StreamGate
 from specdec.target_session import TargetSession
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
-from verify_service.requests import VERIFY_MAX_CANDIDATES, check_prompt_size, generate_overrides, generation_request
+from verify_service.requests import VERIFY_MAX_CANDIDATES, check_prediction_size, check_prompt_size, generate_overrides, generation_request
 from verify_service.responses import generate_response, verify_response
 
 log = logging.getLogger(__name__)
@@ -81,8 +81,11 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         """Check the prompt's size (cheap, here), then tokenize and validate in a prep worker;
         `overrides()` gives the request-level fields (refused with the rest)."""
         try:
-            prepare = functools.partial(generation_request, options, target, self.config, **overrides())
-            if check_prompt_size(options, target.max_context, self.max_prompt_chars) < LARGE_PROMPT_CHARS:
+            fields = overrides()
+            prepare = functools.partial(generation_request, options, target, self.config, **fields)
+            characters = (check_prompt_size(options, target.max_context, self.max_prompt_chars)
+                          + check_prediction_size(fields.get("prediction", ""), target.max_context, self.max_prompt_chars))
+            if characters < LARGE_PROMPT_CHARS:
                 return await run_in_thread(self.prep, prepare)
             async with self.large_prompts:
                 return await run_in_thread(self.prep, prepare)

@@ -19,6 +19,7 @@ from specdec.drafters.tree_draft import TreeRanking, draft_tree
 from specdec.enums import AcceptanceMode
 from specdec.kv_cache import PrefixCache
 from specdec.noise import gumbel_argmax, keyed_gumbel, keyed_gumbel_at
+from specdec.penalties import LogitsTransform
 from specdec.sampling import SparseDistribution, processed_probs, sparse_top_k
 from specdec.tree import TreeShape
 
@@ -50,6 +51,7 @@ class ModelDraftSession:
         self.committed = CommittedSequence(list(request.prompt_ids))
         self.draft_seed = (request.seed ^ _DRAFT_SEED_SALT) & 0xFFFFFFFFFFFFFFFF
         self.kept_path: list[int] | None = None  # the last tree's accepted nodes, kept in the cache by the next propose
+        self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, request.vocab_size)
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
@@ -70,7 +72,7 @@ class ModelDraftSession:
         request = self.request
         ranking = TreeRanking(request.acceptance, request.sampling, request.seed)
         node_ids, parents = draft_tree(self.lm, list(self.committed.token_ids), depth_limit, shape, ranking,
-                                       partial(_fit_vocab, vocab_size=request.vocab_size))
+                                       partial(_fit_vocab, vocab_size=request.vocab_size), self.transform)
         return DraftBlock(torch.tensor(node_ids, dtype=torch.long), tree_parents=parents)
 
     def _draft(self, num_tokens: int) -> DraftBlock:
@@ -78,6 +80,8 @@ class ModelDraftSession:
         candidates, sparse_rows = [], []
         for _ in range(num_tokens):
             logits = _fit_vocab(self.lm.advance(sequence)[-1:], self.request.vocab_size)  # [1, vocab]
+            if self.transform is not None:
+                logits = self.transform(logits, sequence)
             if self.request.constraint is not None:  # q over the grammar's tokens only: candidates stay valid
                 logits = mask_logits(logits, self.request.constraint.allowed(sequence).to(logits.device).unsqueeze(0))
             draft_probs = processed_probs(logits[0], self.request.sampling)

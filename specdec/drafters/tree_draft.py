@@ -20,6 +20,7 @@ import torch
 from specdec.enums import AcceptanceMode
 from specdec.kv_cache import PrefixCache
 from specdec.noise import keyed_gumbel
+from specdec.penalties import LogitsTransform, path_rows
 from specdec.sampling import SamplingParams, processed_probs
 from specdec.tree import TreeShape
 
@@ -53,8 +54,12 @@ class TreeRanking:
 
 
 def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: TreeShape, ranking: TreeRanking,
-               fit_vocab) -> tuple[list[int], list[int]]:
-    """Grow a tree after `committed`: (token id of each node, parent of each node), parents first."""
+               fit_vocab, transform: LogitsTransform | None = None) -> tuple[list[int], list[int]]:
+    """Grow a tree after `committed`: (token id of each node, parent of each node), parents first.
+
+    `transform` (the request's penalties) is applied to each frontier node's logits from the tokens
+    on its own root path, as the verifier will.
+    """
     node_ids: list[int] = []
     parents: list[int] = []
     on_main: list[bool] = []  # per node: on the main chain (first child of first child ...)
@@ -65,7 +70,8 @@ def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: T
         budget = shape.max_nodes - len(node_ids)
         if budget <= 0:
             break
-        scores, log_q = ranking.scores(fit_vocab(logits), len(committed) + depth - 1)
+        scores, log_q = ranking.scores(_penalised(fit_vocab(logits), transform, committed, frontier, node_ids, parents),
+                                       len(committed) + depth - 1)
         children = _children(scores, log_q, frontier, frontier_confidence,
                              [node < 0 or on_main[node] for node in frontier], shape.branching)
         # Room for the main chain's remaining depths first; the rest by confidence.
@@ -83,6 +89,15 @@ def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: T
         frontier = list(range(first_new, len(node_ids)))
         frontier_confidence = [child.log_confidence for child in chosen]
     return node_ids, parents
+
+
+def _penalised(logits: torch.Tensor, transform: LogitsTransform | None, committed: list[int], frontier: list[int],
+               node_ids: list[int], parents: list[int]) -> torch.Tensor:  # [m, vocab]
+    """logits [m, vocab] of the frontier nodes (-1: the root), each transformed after committed + its root path."""
+    if transform is None:
+        return logits
+    paths = path_rows(parents)[[node + 1 for node in frontier]]  # [m, n]
+    return transform(logits, committed, node_ids, paths)
 
 
 def _children(scores: torch.Tensor, log_q: torch.Tensor, frontier: list[int], confidence: list[float], main: list[bool],

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode, TokenSource
 from specdec.errors import InvalidRequestError
+from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, sparse_rows
 from specdec.tree import check_parents
 from specdec.v1 import common_pb2
@@ -62,6 +63,20 @@ def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
 
 def source_to_proto(source: TokenSource) -> int:
     return _SOURCE_TO_PROTO[source]
+
+
+def penalties_from_proto(message: common_pb2.Penalties, field: str = "penalties") -> Penalties:
+    values = {name: getattr(message, name) for name in ("presence_penalty", "frequency_penalty", "repetition_penalty") if message.HasField(name)}
+    try:
+        return Penalties(**values, logit_bias=dict(message.logit_bias))
+    except ValidationError as error:
+        item = error.errors()[0]
+        raise InvalidRequestError(f"{field}.{item['loc'][0]}", item["msg"]) from error
+
+
+def penalties_to_proto(penalties: Penalties) -> common_pb2.Penalties:
+    return common_pb2.Penalties(presence_penalty=penalties.presence_penalty, frequency_penalty=penalties.frequency_penalty,
+                                repetition_penalty=penalties.repetition_penalty, logit_bias=penalties.logit_bias)
 
 
 def block_to_proto(block: DraftBlock) -> common_pb2.CandidateBlock:

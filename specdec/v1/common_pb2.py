@@ -24,25 +24,31 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17specdec/v1/common.proto\x12\nspecdec.v1\"\x94\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\x05min_p\x18\x04 \x01(\x01H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_p\"6\n\x12SparseDistribution\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x01\"\x9a\x01\n\x0e\x43\x61ndidateBlock\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x33\n\x0b\x64raft_probs\x18\x02 \x03(\x0b\x32\x1e.specdec.v1.SparseDistribution\x12\x16\n\x0eparent_indices\x18\x03 \x03(\x05\x12(\n\x07sources\x18\x04 \x03(\x0e\x32\x17.specdec.v1.TokenSource\"\x15\n\x13ServerStatusRequest\"\xdc\x01\n\x0cServerStatus\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x64rafter\x18\x03 \x01(\t\x12\x17\n\x0f\x61\x63tive_sessions\x18\x04 \x01(\r\x12\x14\n\x0cmax_sessions\x18\x05 \x01(\r\x12\x12\n\nvocab_size\x18\x06 \x01(\r\x12\x19\n\x11vocab_fingerprint\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x13\n\x0bmax_context\x18\t \x01(\r\x12\x18\n\x10max_prompt_chars\x18\n \x01(\x04*\x89\x01\n\x0e\x41\x63\x63\x65ptanceMode\x12\x1f\n\x1b\x41\x43\x43\x45PTANCE_MODE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41\x43\x43\x45PTANCE_MODE_REJECTION\x10\x01\x12\x1b\n\x17\x41\x43\x43\x45PTANCE_MODE_COUPLED\x10\x02\x12\x1a\n\x16\x41\x43\x43\x45PTANCE_MODE_GREEDY\x10\x03*\x92\x01\n\x0bTokenSource\x12\x1c\n\x18TOKEN_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13TOKEN_SOURCE_TARGET\x10\x01\x12\x16\n\x12TOKEN_SOURCE_DRAFT\x10\x02\x12\x17\n\x13TOKEN_SOURCE_LOOKUP\x10\x03\x12\x1b\n\x17TOKEN_SOURCE_PREDICTION\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17specdec/v1/common.proto\x12\nspecdec.v1\"\x94\x01\n\x0eSamplingParams\x12\x18\n\x0btemperature\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\x05min_p\x18\x04 \x01(\x01H\x03\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_p\"\x99\x02\n\tPenalties\x12\x1d\n\x10presence_penalty\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x38\n\nlogit_bias\x18\x04 \x03(\x0b\x32$.specdec.v1.Penalties.LogitBiasEntry\x1a\x30\n\x0eLogitBiasEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penalty\"6\n\x12SparseDistribution\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x01\"\x9a\x01\n\x0e\x43\x61ndidateBlock\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x33\n\x0b\x64raft_probs\x18\x02 \x03(\x0b\x32\x1e.specdec.v1.SparseDistribution\x12\x16\n\x0eparent_indices\x18\x03 \x03(\x05\x12(\n\x07sources\x18\x04 \x03(\x0e\x32\x17.specdec.v1.TokenSource\"\x15\n\x13ServerStatusRequest\"\xdc\x01\n\x0cServerStatus\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x0f\n\x07\x64rafter\x18\x03 \x01(\t\x12\x17\n\x0f\x61\x63tive_sessions\x18\x04 \x01(\r\x12\x14\n\x0cmax_sessions\x18\x05 \x01(\r\x12\x12\n\nvocab_size\x18\x06 \x01(\r\x12\x19\n\x11vocab_fingerprint\x18\x07 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x13\n\x0bmax_context\x18\t \x01(\r\x12\x18\n\x10max_prompt_chars\x18\n \x01(\x04*\x89\x01\n\x0e\x41\x63\x63\x65ptanceMode\x12\x1f\n\x1b\x41\x43\x43\x45PTANCE_MODE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41\x43\x43\x45PTANCE_MODE_REJECTION\x10\x01\x12\x1b\n\x17\x41\x43\x43\x45PTANCE_MODE_COUPLED\x10\x02\x12\x1a\n\x16\x41\x43\x43\x45PTANCE_MODE_GREEDY\x10\x03*\x92\x01\n\x0bTokenSource\x12\x1c\n\x18TOKEN_SOURCE_UNSPECIFIED\x10\x00\x12\x17\n\x13TOKEN_SOURCE_TARGET\x10\x01\x12\x16\n\x12TOKEN_SOURCE_DRAFT\x10\x02\x12\x17\n\x13TOKEN_SOURCE_LOOKUP\x10\x03\x12\x1b\n\x17TOKEN_SOURCE_PREDICTION\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'specdec.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACCEPTANCEMODE']._serialized_start=650
-  _globals['_ACCEPTANCEMODE']._serialized_end=787
-  _globals['_TOKENSOURCE']._serialized_start=790
-  _globals['_TOKENSOURCE']._serialized_end=936
+  _globals['_PENALTIES_LOGITBIASENTRY']._loaded_options = None
+  _globals['_PENALTIES_LOGITBIASENTRY']._serialized_options = b'8\001'
+  _globals['_ACCEPTANCEMODE']._serialized_start=934
+  _globals['_ACCEPTANCEMODE']._serialized_end=1071
+  _globals['_TOKENSOURCE']._serialized_start=1074
+  _globals['_TOKENSOURCE']._serialized_end=1220
   _globals['_SAMPLINGPARAMS']._serialized_start=40
   _globals['_SAMPLINGPARAMS']._serialized_end=188
-  _globals['_SPARSEDISTRIBUTION']._serialized_start=190
-  _globals['_SPARSEDISTRIBUTION']._serialized_end=244
-  _globals['_CANDIDATEBLOCK']._serialized_start=247
-  _globals['_CANDIDATEBLOCK']._serialized_end=401
-  _globals['_SERVERSTATUSREQUEST']._serialized_start=403
-  _globals['_SERVERSTATUSREQUEST']._serialized_end=424
-  _globals['_SERVERSTATUS']._serialized_start=427
-  _globals['_SERVERSTATUS']._serialized_end=647
+  _globals['_PENALTIES']._serialized_start=191
+  _globals['_PENALTIES']._serialized_end=472
+  _globals['_PENALTIES_LOGITBIASENTRY']._serialized_start=358
+  _globals['_PENALTIES_LOGITBIASENTRY']._serialized_end=406
+  _globals['_SPARSEDISTRIBUTION']._serialized_start=474
+  _globals['_SPARSEDISTRIBUTION']._serialized_end=528
+  _globals['_CANDIDATEBLOCK']._serialized_start=531
+  _globals['_CANDIDATEBLOCK']._serialized_end=685
+  _globals['_SERVERSTATUSREQUEST']._serialized_start=687
+  _globals['_SERVERSTATUSREQUEST']._serialized_end=708
+  _globals['_SERVERSTATUS']._serialized_start=711
+  _globals['_SERVERSTATUS']._serialized_end=931
 # @@protoc_insertion_point(module_scope)

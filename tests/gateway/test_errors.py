@@ -120,9 +120,9 @@ def test_unknown_model_is_404_model_not_found(client):
     assert_openai_error(response, 404, param="model", code="model_not_found")
 
 
-def test_frequency_penalty_is_refused(client):
-    response = client.post(CHAT, json={"model": "target", "messages": HELLO, "frequency_penalty": 0.5})
-    error = assert_openai_error(response, 400)
+def test_frequency_penalty_out_of_range_is_refused(client):
+    response = client.post(CHAT, json={"model": "target", "messages": HELLO, "frequency_penalty": 2.5})
+    error = assert_openai_error(response, 400, param="frequency_penalty")
     assert "frequency_penalty" in error["message"]
 
 

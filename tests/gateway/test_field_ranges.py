@@ -28,7 +28,7 @@ CARRIED = {
     (CompletionRequest, "logprobs"): (verify_pb2.GenerateRequest, "top_logprobs"),
     (SpeculativeOptions, "num_draft_tokens"): (verify_pb2.GenerateRequest, "num_draft_tokens"),
 }
-NOT_CARRIED = {"n"}  # choices: the gateway sends one request per choice (bounded by serving.max_n)
+NOT_CARRIED = {"n", "best_of"}  # choices: the gateway sends one request per choice (bounded by serving.max_n); best_of must equal n
 
 
 def _integer_range(schema: dict, name: str) -> tuple[int | None, int | None]:

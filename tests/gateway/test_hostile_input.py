@@ -4,10 +4,13 @@ a 4xx in the OpenAI error shape naming the field where there is one; none is a 5
 from __future__ import annotations
 
 import json
+import socket
 
 import httpx
 import pytest
 from service_support import CHAT, assert_openai_error
+
+from gateway.body_limit import largest_useful_body
 
 HELLO = [{"role": "user", "content": "hello there"}]
 BASE = {"model": "target", "messages": HELLO, "max_tokens": 4}
@@ -105,7 +108,8 @@ def test_the_gateway_still_serves_after_hostile_input(client):
     (CHAT, {"messages": HELLO * 513}, "messages", "513 messages"),
     (COMPLETIONS, {"prompt": "a" * 7000}, "prompt", "7000 characters"),
     (COMPLETIONS, {"prompt": [5] * 513}, "prompt", "513 tokens"),
-], ids=["chat", "messages", "text", "token-ids"])
+    (CHAT, {"prediction": {"type": "content", "content": "a" * 7000}}, "prediction", "7000 characters"),
+], ids=["chat", "messages", "text", "token-ids", "prediction"])
 def test_a_prompt_that_cannot_fit_is_refused_by_the_gateway_without_asking_verify(client, verify_server, route, fields, param, what):
     """The bound verify reports (its context times its longest token, 512 x 13 characters for the tiny
     pair): such a prompt costs its parsing, not a gRPC request of megabytes."""
@@ -114,3 +118,31 @@ def test_a_prompt_that_cannot_fit_is_refused_by_the_gateway_without_asking_verif
     error = assert_openai_error(client.post(route, json=body), 400, param=param)
     assert error["message"].startswith(f"{param}: {what}") and "512 tokens" in error["message"], error
     assert (verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0) == refused_by_verify
+
+
+def _declared_body_reply(gateway_url: str, declared: int, sent: bytes) -> bytes:
+    """Send headers declaring `declared` bytes and only `sent` of them; what comes back within 10 s."""
+    url = httpx.URL(gateway_url)
+    with socket.create_connection((url.host, url.port), timeout=10) as connection:
+        connection.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {declared}\r\n\r\n".encode() + sent)
+        return connection.recv(65536)
+
+
+def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_read(client, gateway_url):
+    """Tiny pair: 512 x 13 characters fit, so no request that can be served has more than
+    largest_useful_body(6656) bytes; a longer declared body gets 413 from its headers alone (the
+    client here never sends the rest), while one just under the bound is read and served."""
+    useful = largest_useful_body(512 * 13)
+    assert useful < 4 * 1024 * 1024  # under serving.max_body_bytes: this bound, not that one, refuses it
+    client.get("/v1/models").raise_for_status()  # the gateway learns verify's bound
+    reply = _declared_body_reply(gateway_url, useful + 1, b'{"model": "target"')
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert b"request_too_large" in reply and b"shorten the prompt" in reply
+    # A client that sends the whole body still reads the answer (not a reset connection).
+    huge = json.dumps({**BASE, "messages": [{"role": "user", "content": "hello " * 650_000}]}).encode()
+    for _ in range(3):
+        assert_openai_error(client.post(CHAT, content=huge, headers={"Content-Type": "application/json"}), 413)
+    padded = json.dumps(BASE).encode() + b" " * (useful - len(json.dumps(BASE)))
+    assert len(padded) == useful
+    assert client.post(CHAT, content=padded, headers={"Content-Type": "application/json"}).status_code == 200

@@ -13,7 +13,9 @@ import gateway.auth
 
 PUBLIC = {"/", "/health", "/ready", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # "/": the static playground
 KEY = "sk-route-walk-7f3e"
-VALID_BODY = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "prompt": "hi", "max_tokens": 2}
+# One valid body per POST route (each refuses the other's fields, as OpenAI's API does).
+VALID_BODIES = {"/v1/chat/completions": {"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+                "/v1/completions": {"model": "target", "prompt": "hi", "max_tokens": 2}}
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def test_every_v1_route_refuses_a_missing_or_wrong_key(keyed_gateway, authorizat
     headers = {"Authorization": authorization} if authorization else {}
     with httpx.Client(base_url=keyed_gateway.url, timeout=30) as client:
         for path, method in routes:
-            for body in (None, VALID_BODY):  # refused before the body is even looked at
+            for body in (None, VALID_BODIES.get(path)):  # refused before the body is even looked at
                 response = client.request(method, path, headers=headers, json=body)
                 assert_openai_error(response, 401, code="invalid_api_key")
 
@@ -57,7 +59,7 @@ def test_every_v1_route_serves_the_right_key_through_compare_digest(keyed_gatewa
     with httpx.Client(base_url=keyed_gateway.url, timeout=30, headers={"Authorization": f"Bearer {KEY}"}) as client:
         for path, method in routes:
             compared.clear()
-            response = client.request(method, path, json=VALID_BODY if method == "POST" else None)
+            response = client.request(method, path, json=VALID_BODIES.get(path))
             assert response.status_code == 200, (path, response.text)
             assert compared == [KEY.encode()], (path, compared)  # constant-time, once per configured key
 
@@ -66,5 +68,5 @@ def test_every_v1_route_serves_the_right_key_through_compare_digest(keyed_gatewa
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("model", ["gpt-4o", "", "TARGET", "target ", "../target"])
 def test_models_the_gateway_does_not_serve_are_refused(gateway_url, route, stream, model):
-    response = httpx.post(f"{gateway_url}{route}", json={**VALID_BODY, "model": model, "stream": stream}, timeout=30)
+    response = httpx.post(f"{gateway_url}{route}", json={**VALID_BODIES[route], "model": model, "stream": stream}, timeout=30)
     assert_openai_error(response, 404, param="model", code="model_not_found")

@@ -46,7 +46,8 @@ def test_two_clients_looping_maximum_size_prompts_leave_ready_and_small_requests
             thread.join(timeout=120)
     assert ready and set(ready) == {200}, f"/ready answered {ready}"
     assert set(small) == {200}, small
-    assert len(answers) >= 4 and set(answers) == {(400, "messages")}, answers[:10]
+    # 413 from its Content-Length once the gateway knows the bound, 400 naming messages before
+    assert len(answers) >= 4 and set(answers) <= {(400, "messages"), (413, None)}, answers[:10]
 
 
 def test_a_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(stack):

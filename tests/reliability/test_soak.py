@@ -30,5 +30,5 @@ def test_short_soak_completes_everything_or_429s_and_leaks_nothing(tiny_pair_pat
     assert report["ttft"]["count"] == report["completed"] and report["ttft"]["p50_ms"] <= report["ttft"]["p99_ms"]
     assert all(mib <= 64 for mib in report["rss_mib"]["growth"].values()), report["rss_mib"]
     hostile = report["hostile"]
-    assert hostile.get("oversized_400_messages", 0) > 0 and hostile.get("slow_reader_200", 0) > 0, hostile
+    assert hostile.get("oversized_400_messages", 0) + hostile.get("oversized_413_None", 0) > 0 and hostile.get("slow_reader_200", 0) > 0, hostile
     assert hostile.get("idle_opened_DEADLINE_EXCEEDED", 0) > 0, hostile  # closed by verify's idle timeout (3 s here)

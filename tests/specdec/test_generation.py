@@ -4,39 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation_support import run as _run
 from lossless_support import joint_p_value
 
 from specdec import target_session
 from specdec.acceptance import RoundVerdict
-from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.drafters import ModelDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import DraftUnavailableError, InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 GREEDY = SamplingParams(temperature=0)
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tiny_target):
-    return tiny_target.tokenizer(PROMPT)["input_ids"]
-
-
-@pytest.fixture(scope="module")
-def drafters(tiny_target, tiny_draft):
-    return {
-        "model": ModelDrafter(tiny_draft.model),
-        "layer_skip": layer_skip_drafter(tiny_target.model, 2),
-        "ngram": NgramDrafter(),
-        "lookup+model": PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1, model_tokens=2)),
-    }
-
-
-def _run(target, drafter, prompt_ids, **fields):
-    request = GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 40, "ignore_eos": True, **fields})
-    return SpeculativeGenerator(target, drafter).generate(request)
 
 
 @pytest.mark.parametrize("method", ["model", "layer_skip", "ngram", "lookup+model"])

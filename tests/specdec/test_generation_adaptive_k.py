@@ -18,15 +18,9 @@ from specdec.sampling import SamplingParams
 from specdec.target_session import TargetSession
 from specdec.tiny_pair import make_tiny_pair
 
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 GREEDY = SamplingParams(temperature=0)
 MAX_K = 8
 WARMUP = 1 + 2 * 2  # the prefill round, then AdaptiveKSettings.warmup_rounds at each end of the range
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tiny_target):
-    return tiny_target.tokenizer(PROMPT)["input_ids"]
 
 
 @pytest.fixture(scope="module")

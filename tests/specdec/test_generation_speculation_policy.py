@@ -13,12 +13,6 @@ from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 from specdec.tiny_pair import make_tiny_pair
 
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tiny_target):
-    return tiny_target.tokenizer(PROMPT)["input_ids"]
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=0), SamplingParams(temperature=0.9)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation_support import run as _run
 from pydantic import ValidationError
 
 from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
@@ -17,24 +18,8 @@ from specdec.sampling import SamplingParams
 from specdec.target_session import TargetSession
 from specdec.tree import TreeShape, check_parents, tree_depth
 
-PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 GREEDY = SamplingParams(temperature=0)
 TREE = {"tree_branching": 2, "tree_nodes": 10}
-
-
-@pytest.fixture(scope="module")
-def prompt_ids(tiny_target):
-    return tiny_target.tokenizer(PROMPT)["input_ids"]
-
-
-@pytest.fixture(scope="module")
-def drafters(tiny_target, tiny_draft):
-    return {"model": ModelDrafter(tiny_draft.model), "layer_skip": layer_skip_drafter(tiny_target.model, 2), "ngram": NgramDrafter()}
-
-
-def _run(target, drafter, prompt_ids, **fields):
-    request = GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 40, "ignore_eos": True, **fields})
-    return SpeculativeGenerator(target, drafter).generate(request)
 
 
 @pytest.mark.parametrize("method", ["model", "layer_skip", "ngram"])

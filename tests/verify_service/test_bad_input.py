@@ -109,6 +109,12 @@ def test_generate_refuses_a_prompt_the_context_cannot_hold_from_its_length(stub,
     assert error.details().startswith(f"{field}: {size}") and "512 tokens" in error.details(), error.details()
 
 
+def test_generate_refuses_a_prediction_the_context_cannot_hold_from_its_length(stub, prompt_ids):
+    error = _generate_error(stub, generation_options(prompt_ids, max_tokens=4), prediction="a" * (512 * LONGEST_TINY_TOKEN + 1))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error.details().startswith("prediction: 6657 characters") and "512 tokens" in error.details(), error.details()
+
+
 def test_a_prompt_at_the_length_bound_is_tokenized_and_judged_by_its_tokens(stub):
     error = _generate_error(stub, generation_options("a" * (512 * LONGEST_TINY_TOKEN), max_tokens=4))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
