@@ -86,8 +86,9 @@ def response_format_grammar(response_format: Mapping[str, Any] | None) -> str | 
     if kind == "json_object":
         return json_object_grammar()
     if kind == "json_schema":
-        spec = response_format.get("json_schema") or {}
-        return json_schema_grammar(spec.get("schema", {}), SCHEMA_FIELD)
+        if not response_format.get("json_schema"):
+            raise InvalidRequestError("response_format.json_schema", "is required when the type is json_schema")
+        return json_schema_grammar(response_format["json_schema"].get("schema", {}), SCHEMA_FIELD)
     if kind == "regex":
         return regex_grammar(response_format.get("regex", ""), "response_format.regex")
     if kind == "choice":

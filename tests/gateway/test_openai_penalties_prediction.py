@@ -130,7 +130,6 @@ def test_a_prediction_of_the_wrong_type_is_400_naming_it(client):
 
 
 @pytest.mark.parametrize("fields,param", [
-    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}, "tools"),
     ({"tool_choice": "auto"}, "tool_choice"),
     ({"extra_body": {"reasoning_effort": "high"}}, "reasoning_effort"),

@@ -44,6 +44,12 @@ def test_bad_or_unenforceable_schemas_are_refused_naming_the_schema_field(schema
     assert caught.value.field == SCHEMA_FIELD == "response_format.json_schema.schema"
 
 
+def test_json_schema_type_needs_its_json_schema():
+    with pytest.raises(InvalidRequestError) as caught:
+        response_format_grammar({"type": "json_schema"})
+    assert caught.value.field == "response_format.json_schema"
+
+
 def test_extensions_name_their_own_fields():
     with pytest.raises(InvalidRequestError) as caught:
         regex_grammar("[a-z", "response_format.regex")
