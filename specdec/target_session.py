@@ -113,20 +113,29 @@ class TargetSession:
         return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
 
     def _target_probs(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
-        """The target distribution at every position of the block: the request's transforms of the raw logits.
+        """The target distribution at every position of the block, from the raw logits.
 
         NOTE: the one place the target distribution is defined for verification (DESIGN.md, constraints
         and penalties): penalties / logit_bias, then the grammar's mask, then temperature, top-k/top-p.
-        Position i's penalties and mask follow the committed tokens and the candidates on i's own path
-        (a chain's first i, a tree node's ancestors). Logprobs stay the model's own (the raw logits).
+        Position i's transforms follow the committed tokens and the candidates on i's own path (a
+        chain's first i, a tree node's ancestors). Logprobs stay the model's own (the raw logits).
         """
+        return processed_probs(self._constrained(self._transformed(logits, block), block), self.request.sampling)
+
+    def _transformed(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The penalised logits at each position of the block, each from the tokens on its own path."""
+        if self.transform is None:
+            return logits
         node_ids = block.candidate_ids.tolist()
         parents = block.tree_parents if block.tree_parents is not None else chain_parents(len(node_ids))
-        if self.transform is not None:
-            logits = self.transform(logits, self.committed, node_ids, path_rows(parents))
-        if self.constraint is not None:
-            logits = mask_logits(logits, self.constraint.allowed_along(self.committed, node_ids, parents).to(logits.device))
-        return processed_probs(logits, self.request.sampling)
+        return self.transform(logits, self.committed, node_ids, path_rows(parents))
+
+    def _constrained(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The logits with the grammar's refused tokens at -inf, each position after the tokens on its own path."""
+        if self.constraint is None:
+            return logits
+        allowed = self.constraint.allowed_along(self.committed, block.candidate_ids.tolist(), block.tree_parents)  # [n + 1, vocab]
+        return mask_logits(logits, allowed.to(logits.device))
 
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
         target_probs = self._target_probs(logits, block)  # [k + 1, vocab]

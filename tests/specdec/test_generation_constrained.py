@@ -2,23 +2,24 @@
 
 Lossless here means: exactly what target-only decoding under the same grammar gives (DESIGN.md,
 constraints and penalties). Greedy and coupled are token-identical to speculation off; rejection's
-first two tokens follow the exact masked joint law (chi-square), and not the unmasked one (negative control).
+first two tokens follow the exact masked joint law (chi-square), which a verifier ignoring the grammar fails
+(negative control).
 """
 
 from __future__ import annotations
 
 import pytest
-from lossless_support import JOINT_SAMPLING
-from scipy import stats
+from generation_support import tiny_drafters
+from lossless_support import joint_p_value
 
 from specdec.constraints.grammars import json_schema_grammar, regex_grammar
+from specdec.constraints.masking import mask_logits
 from specdec.constraints.matcher import GrammarConstraint
-from specdec.drafters import ModelDrafter, NgramDrafter
-from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
+from specdec.drafters import ModelDrafter
 from specdec.generation import SpeculativeGenerator
-from specdec.kv_cache import CachedSequence
 from specdec.request import GenerationRequest
-from specdec.sampling import SamplingParams, processed_probs
+from specdec.sampling import SamplingParams
+from specdec.target_session import TargetSession
 
 PROMPT = 'Reply in JSON. {"name": "fox", "count": 3} {"name": "dog", "count": 12} {"name": '
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "count": {"type": "integer"}},
@@ -26,7 +27,6 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 GRAMMARS = {"json_schema": json_schema_grammar(SCHEMA, "schema"),
             "regex": regex_grammar("(cat|dog|bird|fish|fox)( [a-z]+){0,6}", "regex")}
 GREEDY = SamplingParams(temperature=0)
-TRIALS = 1500
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +36,7 @@ def prompt_ids(tiny_target):
 
 @pytest.fixture(scope="module")
 def drafters(tiny_target, tiny_draft):
-    return {
-        "model": ModelDrafter(tiny_draft.model),
-        "ngram": NgramDrafter(),
-        "lookup+model": PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1, model_tokens=2)),
-    }
+    return tiny_drafters(tiny_target, tiny_draft)
 
 
 def _run(target, drafter, prompt_ids, grammar, **fields):
@@ -48,13 +44,16 @@ def _run(target, drafter, prompt_ids, grammar, **fields):
     return SpeculativeGenerator(target, drafter).generate(request)
 
 
+def _constraint(target, prompt_ids, grammar) -> GrammarConstraint:
+    return GrammarConstraint.for_model(grammar, len(prompt_ids), target, target.vocab_size)
+
+
 def _matches(target, prompt_ids, grammar, token_ids) -> bool:
-    constraint = GrammarConstraint.for_model(grammar, len(prompt_ids), target, target.vocab_size)
-    return constraint.valid_prefix_length(prompt_ids, token_ids) == len(token_ids)
+    return _constraint(target, prompt_ids, grammar).valid_prefix_length(prompt_ids, token_ids) == len(token_ids)
 
 
 @pytest.mark.parametrize("grammar_name", sorted(GRAMMARS))
-@pytest.mark.parametrize("method", ["model", "ngram", "lookup+model"])
+@pytest.mark.parametrize("method", ["model", "layer_skip", "ngram", "lookup+model"])
 def test_greedy_under_a_grammar_equals_target_only(tiny_target, drafters, prompt_ids, grammar_name, method):
     grammar = GRAMMARS[grammar_name]
     reference = _run(tiny_target, None, prompt_ids, grammar, sampling=GREEDY, speculative=False)
@@ -85,44 +84,20 @@ def test_a_finished_grammar_ends_with_eos_and_stop(tiny_target, tiny_draft, prom
     assert result.text in ("cat", "dog")
 
 
+def _masked(target, prompt_ids, grammar):
+    """The grammar as a transform of one position's logits [1, vocab] after `sequence` (for the exact joint law)."""
+    constraint = _constraint(target, prompt_ids, grammar)
+    return lambda logits, sequence: mask_logits(logits, constraint.allowed(sequence).unsqueeze(0))
+
+
 def test_rejection_under_a_grammar_matches_the_masked_joint(tiny_target, tiny_draft, prompt_ids):
     grammar = GRAMMARS["regex"]
-    counts, masked = _first_pairs(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, grammar), _joint(tiny_target, prompt_ids, grammar)
-    assert _p_value(counts, masked) > 1e-3
-    # Negative control: the same samples are far from the unmasked target's law.
-    assert _p_value(counts, _joint(tiny_target, prompt_ids, None)) < 1e-6
+    transform = _masked(tiny_target, prompt_ids, grammar)
+    assert joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, transform=transform, grammar=grammar) > 1e-3
 
 
-def _first_pairs(target, drafter, prompt_ids, grammar) -> dict[tuple[int, int], int]:
-    generator, counts = SpeculativeGenerator(target, drafter), {}
-    for seed in range(TRIALS):
-        request = GenerationRequest(prompt_ids=prompt_ids, grammar=grammar, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3)
-        pair = tuple(generator.generate(request).token_ids[:2])
-        counts[pair] = counts.get(pair, 0) + 1
-    return counts
-
-
-def _joint(target, prompt_ids, grammar) -> dict[tuple[int, int], float]:
-    """The exact law of the first two tokens under the grammar (None: unconstrained), target-only."""
-    constraint = GrammarConstraint.for_model(grammar, len(prompt_ids), target, target.vocab_size)
-    lm = CachedSequence(target.model)
-
-    def probs(sequence):
-        logits = lm.advance(sequence)[-1].double()
-        if constraint is not None:
-            logits = logits.masked_fill(~constraint.allowed(sequence), float("-inf"))
-        return processed_probs(logits, JOINT_SAMPLING)
-
-    first, joint = probs(prompt_ids), {}
-    for token in first.nonzero().flatten().tolist():
-        second = probs([*prompt_ids, token])
-        for next_token in second.nonzero().flatten().tolist():
-            joint[(token, next_token)] = float(first[token] * second[next_token])
-    return joint
-
-
-def _p_value(counts: dict[tuple[int, int], int], expected: dict[tuple[int, int], float]) -> float:
-    if any(pair not in expected for pair in counts):
-        return 0.0  # a pair this law can never produce
-    observed = [counts.get(pair, 0) for pair in expected]
-    return float(stats.chisquare(observed, [expected[pair] * TRIALS for pair in expected]).pvalue)
+def test_negative_control_a_verifier_that_ignores_the_grammar_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids, monkeypatch):
+    monkeypatch.setattr(TargetSession, "_constrained", lambda self, logits, block: logits)
+    grammar = GRAMMARS["regex"]
+    transform = _masked(tiny_target, prompt_ids, grammar)
+    assert joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, trials=300, transform=transform, grammar=grammar) < 1e-3
