@@ -12,7 +12,7 @@
 # Plain Dockerfile syntax only (no `# syntax=` frontend, no heredocs), so BuildKit, Docker's classic builder,
 # buildah/podman and kaniko build it unchanged, and BuildKit fetches nothing but the base image and packages.
 # The pinned dependencies are requirements/image.txt. llama-cpp-python (the gguf drafter) is not in the image:
-# README, "Run in containers", says how to add it.
+# docs/operations.md, "Run in containers", says how to add it.
 #
 # Why python:3.11-slim in both stages and not an nvidia/cuda base: PyPI's torch wheels for linux x86_64 bring
 # their own CUDA user-space libraries as pip packages (torch==2.13.0 pulls the CUDA 13.0 runtime, cuBLAS,

@@ -11,14 +11,14 @@ runs the default pair (the lead's measurement that decides speculative.adaptive_
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections import Counter
 
 import torch
 
-from specdec.bench import DEFAULT_PROMPTS
+from pair_args import pair_parser
+from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
 from specdec.generation import SpeculativeGenerator
@@ -47,9 +47,7 @@ def run_once(generator: SpeculativeGenerator, request: GenerationRequest) -> tup
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target")
-    parser.add_argument("--draft")
+    parser = pair_parser(__doc__)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--ks", default="1,2,4", help="fixed K values to compare, comma-separated")

@@ -30,7 +30,7 @@ from specdec.models import LoadedModel, load_model
 from specdec.noise import keyed_gumbel
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, processed_probs, sparse_top_k
-from specdec.tiny_pair import make_tiny_pair
+from specdec.cli.tiny_pair import make_tiny_pair
 
 CUDA = torch.device("cuda:0")
 
@@ -167,7 +167,7 @@ def time_end_to_end(target: LoadedModel) -> dict:
 
 
 def bf16_coupled_agreement(target: LoadedModel) -> str:
-    """How often bf16 speculative output equals bf16 target-only (near-ties may differ: see README)."""
+    """How often bf16 speculative output equals bf16 target-only (near-ties may differ: see README, "What lossless means")."""
     drafter = layer_skip_drafter(target.model, 4)
     identical = 0
     for seed in range(5):

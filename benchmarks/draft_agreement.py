@@ -14,7 +14,6 @@ first answer (median over `--repeats` single-token steps, rolled back each time)
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections import defaultdict
@@ -22,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from specdec.bench import DEFAULT_PROMPTS, load_prompts
+from pair_args import pair_parser
+from specdec.cli.bench import DEFAULT_PROMPTS, load_prompts
 from specdec.default_models import pair_or_default
 from specdec.drafters.gguf import GgufDrafter, GgufSequence
 from specdec.drafters.ngram import lookup_continuation
@@ -63,9 +63,7 @@ def step_ms(lm: PrefixCache, prefix: list[int], repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target")
-    parser.add_argument("--draft")
+    parser = pair_parser(__doc__)
     parser.add_argument("--gguf", action="append", default=[], metavar="LABEL=FILE", help="a GGUF draft run by llama.cpp (repeatable)")
     parser.add_argument("--threads", type=int, default=1, help="llama.cpp threads of the GGUF drafts")
     parser.add_argument("--prompt-file", type=Path, default=DEFAULT_PROMPTS)

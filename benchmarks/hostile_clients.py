@@ -20,7 +20,7 @@ import time
 import grpc
 import httpx
 
-from specdec.client import generation_options
+from specdec.cli.client import generation_options
 from specdec.v1 import verify_pb2, verify_pb2_grpc
 
 MAX_BODY_BYTES = 4 * 1024 * 1024

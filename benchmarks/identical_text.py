@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from specdec.bench import load_prompts
+from specdec.cli.bench import load_prompts
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -17,14 +16,9 @@ from pathlib import Path
 import httpx
 import yaml
 
-from specdec.launcher import Stack, UpPlan, start_all
-from specdec.tiny_pair import make_tiny_pair
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from specdec.cli.launcher import Stack, UpPlan, start_all
+from specdec.cli.processes import free_port
+from specdec.cli.tiny_pair import make_tiny_pair
 
 
 def rss_mib(pid: int) -> float:

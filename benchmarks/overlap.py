@@ -26,7 +26,7 @@ import urllib.request
 
 from service_processes import free_port, spawn_service, wait_serving
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 
 PROMPTS = ["Explain how a bicycle's gears make it easier to ride up a hill.", "Write a short story about a lighthouse keeper.",
            "List five uses of a paperclip and explain each.", "Describe the water cycle to a ten-year-old."]
@@ -90,7 +90,7 @@ def _pair(args: argparse.Namespace) -> tuple[str, str]:
         from specdec.default_models import pair_or_default
 
         return pair_or_default(args.target, args.draft)
-    from specdec.tiny_pair import make_tiny_pair
+    from specdec.cli.tiny_pair import make_tiny_pair
 
     pair = make_tiny_pair(tempfile.mkdtemp())
     return str(pair.target), str(pair.draft)

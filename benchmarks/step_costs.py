@@ -15,7 +15,6 @@ acceptance, gRPC, HTTP), which the 85% goal in docs/benchmarks.md bounds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from pair_args import pair_parser
 from specdec.default_models import pair_or_default
 from specdec.kv_cache import CachedSequence
 from specdec.models import load_model
@@ -47,9 +47,7 @@ def median_ms(model, prefix: list[int], new_tokens: int, repeats: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target")
-    parser.add_argument("--draft")
+    parser = pair_parser(__doc__)
     parser.add_argument("--max-k", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--bench-results", help="a `specdec bench` results.json: compare its concurrency-1 speedup with the ceiling")

@@ -17,8 +17,8 @@ import tempfile
 
 from service_processes import free_port, spawn_service, wait_serving
 
-from specdec.client import VerifyClient
-from specdec.tiny_pair import make_tiny_pair
+from specdec.cli.client import VerifyClient
+from specdec.cli.tiny_pair import make_tiny_pair
 
 
 def _summary(values: list[float]) -> dict:

@@ -16,7 +16,8 @@ import argparse
 import json
 import time
 
-from specdec.bench import DEFAULT_PROMPTS
+from pair_args import pair_parser
+from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
 from specdec.generation import SpeculativeGenerator
@@ -27,9 +28,7 @@ from specdec.sampling import SamplingParams
 
 
 def _parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target")
-    parser.add_argument("--draft")
+    parser = pair_parser(__doc__)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4, help="K: the chain's length and the tree's depth")

@@ -8,12 +8,12 @@ import time
 
 from draft_service.servicer import DraftServicer, LoadedDrafter
 from specdec.batching.service import service_batching
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 from specdec.engine import load_draft_side
 from specdec.memory_plan import ensure_fits
-from specdec.metrics import ServiceMetrics
-from specdec.rpc.server import create_server as create_grpc_server
-from specdec.rpc.server import run_until_signalled, set_serving
+from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.rpc.server import create_server as create_grpc_server
+from specdec.serving.rpc.server import run_until_signalled, set_serving
 from specdec.v1 import draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)

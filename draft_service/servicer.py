@@ -15,14 +15,16 @@ from specdec.batching import BatchingOptions
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
+from specdec.acceptance_modes import TREE_REFUSAL, rule
 from specdec.enums import AcceptanceMode
-from specdec.errors import InvalidRequestError, SpecdecError
+from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
-from specdec.metrics import ServiceMetrics
+from specdec.serving.device_metrics import track_cuda
+from specdec.serving.metrics import ServiceMetrics
 from specdec.models import LoadedModel
-from specdec.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
-from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
-from specdec.rpc.streams import StreamGate
+from specdec.serving.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
+from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
+from specdec.serving.rpc.streams import StreamGate
 from specdec.tree import TreeShape
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 
@@ -60,7 +62,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
     def set_drafter(self, loaded: LoadedDrafter) -> None:
         self._status = loaded.status()
         if loaded.model is not None:
-            self.metrics.track_cuda(loaded.model.device)
+            track_cuda(self.metrics, loaded.model.device)
         if self.batching is not None:
             loaded = LoadedDrafter(loaded.drafter.batched(self.batching), loaded.model)
         self.loaded = loaded
@@ -204,8 +206,8 @@ def _tree_shape(opening: draft_pb2.ProposeOpen) -> TreeShape | None:
         return None
     if not opening.tree_branching or not opening.tree_nodes or opening.tree_nodes > MAX_TREE_NODES:
         raise InvalidRequestError("open.tree_nodes", f"a tree needs tree_branching >= 1 and 1 <= tree_nodes <= {MAX_TREE_NODES}")
-    if acceptance_from_proto(opening.acceptance, "open.acceptance") in (None, AcceptanceMode.REJECTION):
-        raise InvalidRequestError("open.acceptance", "token trees are drafted for greedy and coupled acceptance only")
+    if not rule(acceptance_from_proto(opening.acceptance, "open.acceptance") or AcceptanceMode.REJECTION).verifies_trees:
+        raise InvalidRequestError("open.acceptance", TREE_REFUSAL)
     return TreeShape(opening.tree_branching, opening.tree_nodes)
 
 
@@ -227,6 +229,4 @@ class SequenceCheck:
         self.length += num_accepted + len(token_ids)
         if self.length > self.max_context:
             raise InvalidRequestError(field, f"the sequence would have {self.length} tokens, past the draft model's context of {self.max_context}")
-        bad = next((token for token in token_ids if not 0 <= token < self.vocab_size), None)
-        if bad is not None:
-            raise InvalidRequestError(field, f"token id {bad} is outside the vocabulary [0, {self.vocab_size})")
+        check_token_ids(token_ids, self.vocab_size, field)

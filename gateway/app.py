@@ -15,8 +15,8 @@ from gateway.errors import install_error_handlers
 from gateway.playground import install_playground
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
 from gateway.service import Gateway
-from specdec.config import SpecdecConfig
-from specdec.telemetry import instrument_fastapi
+from specdec.serving.config import SpecdecConfig
+from specdec.serving.telemetry import instrument_fastapi
 
 
 def create_app(config: SpecdecConfig | None = None) -> FastAPI:

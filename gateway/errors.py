@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from specdec.errors import InvalidRequestError
+from specdec.errors import InvalidRequestError, describe_validation_error, field_path
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,10 @@ def unavailable(message: str) -> OpenAIError:
 def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
     problems = error.errors()
     first = problems[0] if problems else {"loc": (), "msg": "invalid request", "type": ""}
-    location = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(location) or None
+    param = field_path(first.get("loc", ()), skip=("body",)) or None
     if first.get("type") == "json_invalid":
         return bad_request(f"the body is not valid JSON: {first.get('msg')}").response()
-    message = "; ".join(f"{'.'.join(str(p) for p in item.get('loc', ()) if p != 'body') or 'body'}: {_reason(item)}" for item in problems)
+    message = describe_validation_error(problems, skip=("body",), reason=_reason)
     return bad_request(message, param).response()
 
 

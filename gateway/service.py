@@ -19,9 +19,9 @@ from gateway.errors import OpenAIError, bad_request
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.upstream import Upstream
-from specdec.config import SpecdecConfig
 from specdec.constraints.grammars import response_format_grammar
-from specdec.metrics import ServiceMetrics
+from specdec.serving.config import SpecdecConfig
+from specdec.serving.metrics import ServiceMetrics
 from specdec.v1 import common_pb2
 
 log = logging.getLogger(__name__)

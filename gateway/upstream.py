@@ -11,8 +11,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.errors import OpenAIError, bad_request, overloaded, unavailable
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
-from specdec.config import ServingSection, TlsSection
-from specdec.rpc.server import aio_channel
+from specdec.serving.config import ServingSection, TlsSection
+from specdec.serving.rpc.server import aio_channel
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 _ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED}

@@ -1,7 +1,7 @@
 """Screenshot the playground after a real run: docs/playground.png.
 
 Usage: python scripts/playground_screenshot.py --url http://localhost:8000 [--out docs/playground.png]
-against a running stack (`specdec up`), with Debian's chromium (see the README's tests section).
+against a running stack (`specdec up`), with Debian's chromium (see docs/testing.md).
 """
 
 from __future__ import annotations

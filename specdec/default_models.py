@@ -41,7 +41,7 @@ def models_dir() -> Path:
 
 def default_pair() -> tuple[Path, Path]:
     """(target directory, distilled draft directory): the Hugging Face pair in-process benchmarks load; the target fetched
-    and converted on first use. `specdec up` drafts with default_draft_gguf() instead (launcher.py)."""
+    and converted on first use. `specdec up` drafts with default_draft_gguf() instead (cli/launcher.py)."""
     return ensure_default_target(models_dir()), DRAFT_DIR
 
 

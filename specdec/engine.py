@@ -1,4 +1,4 @@
-"""Build a ready-to-run generator from configuration: draft first, then target (the seed's order)."""
+"""Build a ready-to-run generator from configuration: draft first, then target."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from specdec.batching.packed_forward import model_parts
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
-from specdec.config import DraftMethod, ModelSection, SpecdecConfig, Verification
+from specdec.serving.config import DraftMethod, ModelSection, SpecdecConfig, Verification
 from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError, SpecdecError

@@ -270,7 +270,7 @@ def _gpu_layers(lib, device: str) -> int:
         return _ALL_LAYERS if supported else 0
     if not supported:
         raise ModelLoadError(f"model.draft_device {device}: this llama-cpp-python was built without GPU support; reinstall it with "
-                             "CMAKE_ARGS=-DGGML_CUDA=on (see the README), or use draft_device cpu")
+                             "CMAKE_ARGS=-DGGML_CUDA=on (see docs/configuration.md), or use draft_device cpu")
     return _ALL_LAYERS
 
 

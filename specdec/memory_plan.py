@@ -11,7 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
-from specdec.config import DraftMethod, SpecdecConfig
+from specdec.serving.config import DraftMethod, SpecdecConfig
 from specdec.errors import SpecdecError
 from specdec.models import resolve_device, resolve_dtype
 

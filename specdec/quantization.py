@@ -1,4 +1,4 @@
-"""Int8 weight-only quantisation for the draft model: the seed's first answer to an OOM at start.
+"""Int8 weight-only quantisation for the draft model: the first answer to an OOM at start.
 
 Weights are stored as int8 with one float scale per output channel and dequantised inside
 `forward`, so it runs on any device (torch's dynamic quantisation is CPU-only and also

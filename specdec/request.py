@@ -7,15 +7,12 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from specdec.acceptance_modes import effective_acceptance, refusal
 from specdec.enums import AcceptanceMode, SpeculationPolicy
 from specdec.limits import Seed, TopLogprobs
 from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams
 from specdec.tree import TreeShape
-
-TREE_REJECTION_REFUSAL = ("acceptance=rejection cannot verify a token tree (speculative.verification=tree): "
-                          "ask for acceptance coupled (token-identical to target-only per seed) or temperature 0")
-
 
 class GenerationRequest(BaseModel):
     """One generation. Validation errors name the offending field."""
@@ -59,15 +56,12 @@ class GenerationRequest(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _greedy_acceptance_needs_greedy_sampling(self) -> GenerationRequest:
-        if self.acceptance is AcceptanceMode.GREEDY and not self.sampling.is_greedy:
-            raise ValueError("acceptance=greedy would change the output at temperature > 0; use rejection or coupled")
-        return self
-
-    @model_validator(mode="after")
-    def _trees_need_greedy_or_coupled(self) -> GenerationRequest:
-        if self.tree is not None and self.speculative and self.effective_acceptance is AcceptanceMode.REJECTION:
-            raise ValueError(TREE_REJECTION_REFUSAL)
+    def _acceptance_fits(self) -> GenerationRequest:
+        # The asked-for mode must suit the sampling; the mode that runs, the tree.
+        problem = refusal(self.acceptance, self.sampling.is_greedy, tree=False) or \
+            refusal(self.effective_acceptance, self.sampling.is_greedy, tree=self.tree is not None and self.speculative)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property
@@ -76,11 +70,8 @@ class GenerationRequest(BaseModel):
 
     @property
     def effective_acceptance(self) -> AcceptanceMode:
-        """Greedy at temperature 0. Target-only decoding samples with the keyed noise, so it *is*
-        the coupled reference whatever acceptance the request named."""
-        if self.sampling.is_greedy:
-            return AcceptanceMode.GREEDY
-        return self.acceptance if self.speculative else AcceptanceMode.COUPLED
+        """The mode rounds run (acceptance_modes.effective_acceptance)."""
+        return effective_acceptance(self.acceptance, self.sampling.is_greedy, self.speculative)
 
 
 @dataclass

@@ -11,21 +11,21 @@ import time
 
 import torch
 
-from specdec.acceptance import RoundVerdict, coupled_accept, coupled_tree_accept, greedy_accept, greedy_tree_accept, rejection_accept
+from specdec.acceptance import RoundVerdict
+from specdec.acceptance_rounds import ROUNDS, RoundNoise
 from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
 from specdec.batching import SequenceRunner
 from specdec.constraints.masking import mask_logits
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock
-from specdec.enums import AcceptanceMode, SpeculationPolicy, TokenSource
-from specdec.errors import InvalidRequestError
+from specdec.enums import SpeculationPolicy, TokenSource
+from specdec.errors import InvalidRequestError, check_token_ids
 from specdec.models import LoadedModel
-from specdec.noise import keyed_gumbel
 from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
 from specdec.penalties import LogitsTransform, path_rows
-from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
+from specdec.request import GenerationRequest
 from specdec.sampling import processed_probs
-from specdec.tree import chain_parents, node_depths
+from specdec.tree import chain_parents
 
 
 class TargetSession:
@@ -34,6 +34,7 @@ class TargetSession:
         self.target = target
         self.request = request
         self.mode = request.effective_acceptance
+        self.rounds = ROUNDS[self.mode]
         # Reserved up front (waiting for room if the budget is full): an admitted generation never
         # runs out of cache midway. `runner` is a service's batched one; None: the model's own.
         # A tree round briefly holds all its nodes past the committed tokens: room for one tree more.
@@ -98,17 +99,7 @@ class TargetSession:
         parents = block.tree_parents
         logits = self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents)  # [n + 1, vocab]
         target_probs = self._target_probs(logits, block)  # [n + 1, vocab]
-        node_ids = block.candidate_ids.to(logits.device)
-        if self.mode is AcceptanceMode.GREEDY:
-            verdict = greedy_tree_accept(node_ids, parents, target_probs)
-        elif self.mode is AcceptanceMode.COUPLED:
-            start = len(self.committed)
-            # NOTE: row 0 emits at position `start`, node i's row at start + depth(i): each node's noise
-            # is the noise of the position its child would take in target-only decoding.
-            positions = torch.tensor([start] + [start + depth for depth in node_depths(parents)], device=logits.device)
-            verdict = coupled_tree_accept(node_ids, parents, target_probs, keyed_gumbel(self.request.seed, positions, target_probs.shape[-1]))
-        else:
-            raise InvalidRequestError("acceptance", TREE_REJECTION_REFUSAL)
+        verdict = self.rounds.verify_tree(block.candidate_ids.to(logits.device), parents, target_probs, self._noise())
         self.lm.keep_path(verdict.accepted_nodes)
         return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
 
@@ -139,15 +130,11 @@ class TargetSession:
 
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
         target_probs = self._target_probs(logits, block)  # [k + 1, vocab]
-        candidate_ids = block.candidate_ids.to(logits.device)
-        if self.mode is AcceptanceMode.GREEDY:
-            return greedy_accept(candidate_ids, target_probs)
-        if self.mode is AcceptanceMode.COUPLED:
-            start = len(self.committed)
-            positions = torch.arange(start, start + len(block) + 1, device=logits.device)
-            return coupled_accept(candidate_ids, target_probs, keyed_gumbel(self.request.seed, positions, target_probs.shape[-1]))
         draft_probs = block.draft_probs if block.draft_probs is not None else DraftBlock.empty().draft_probs
-        return rejection_accept(block.candidate_ids, draft_probs, target_probs, self.generator)
+        return self.rounds.verify_chain(block.candidate_ids, draft_probs, target_probs, self._noise())
+
+    def _noise(self) -> RoundNoise:
+        return RoundNoise(self.request.seed, len(self.committed), self.generator)
 
     def close(self) -> None:
         self.lm.release()
@@ -177,11 +164,8 @@ def draft_length_controller(request: GenerationRequest) -> DraftLengthController
 
 def check_request_fits(target: LoadedModel, request: GenerationRequest) -> None:
     """Refuse prompts with ids the model does not have, or that overflow its context."""
-    vocab_size = target.vocab_size
-    bad = next((token for token in request.prompt_ids if not 0 <= token < vocab_size), None)
-    if bad is not None:
-        raise InvalidRequestError("prompt_ids", f"token id {bad} is outside the vocabulary [0, {vocab_size})")
-    request.penalties.check_vocab(vocab_size, "penalties.logit_bias")
+    check_token_ids(request.prompt_ids, target.vocab_size, "prompt_ids")
+    request.penalties.check_vocab(target.vocab_size, "penalties.logit_bias")
     prompt_tokens, context = len(request.prompt_ids), target.max_context
     if prompt_tokens >= context:
         raise InvalidRequestError("prompt", f"the prompt has {prompt_tokens} tokens but the model's context is {context} tokens")

@@ -12,7 +12,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 @pytest.fixture(scope="session")
 def tiny_pair_paths(tmp_path_factory):
-    from specdec.tiny_pair import make_tiny_pair
+    from specdec.cli.tiny_pair import make_tiny_pair
 
     return make_tiny_pair(tmp_path_factory.mktemp("tiny-pair"))
 
@@ -124,7 +124,7 @@ def start_draft_server(service_loop, drafter, model, **draft_settings):
     """A DraftServer on a free loopback port, already SERVING."""
     from draft_service.server import DraftServer
     from draft_service.servicer import LoadedDrafter
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
 
     config = SpecdecConfig(draft_service=draft_settings)
     server = service_loop.run(_construct(DraftServer, config, "127.0.0.1:0"))
@@ -135,7 +135,7 @@ def start_draft_server(service_loop, drafter, model, **draft_settings):
 def start_verify_server(service_loop, target, draft_endpoint: str | None, speculative: dict | None = None, **verify_settings):
     """A VerifyServer on a free loopback port, already SERVING, drafting via `draft_endpoint`;
     `speculative` is that config section's settings."""
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
     from verify_service.server import VerifyServer
 
     # Drafting every round, so tests see what they assert on; the load-aware policy has its own tests.
@@ -197,7 +197,7 @@ def verify_server(service_loop, tiny_target, draft_server):
 
 @pytest.fixture(scope="session")
 def verify_client(verify_server):
-    from specdec.client import VerifyClient
+    from specdec.cli.client import VerifyClient
 
     with VerifyClient(f"127.0.0.1:{verify_server.port}") as client:
         yield client
@@ -245,7 +245,7 @@ class GatewayThread(ServerThread):
 @pytest.fixture
 def make_gateway(verify_server):
     """Start a gateway in front of the shared verify service with the given `serving` settings."""
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
 
     started = []
 
@@ -261,7 +261,7 @@ def make_gateway(verify_server):
 
 @pytest.fixture(scope="session")
 def gateway_url(verify_server):
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
 
     gateway = GatewayThread(SpecdecConfig(serving={"verify_endpoint": f"127.0.0.1:{verify_server.port}"}))
     yield gateway.url

@@ -9,16 +9,14 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
-from specdec.client import VerifyClient
+from specdec.cli.processes import free_port, grpc_serving, http_ok, spawn
 
 # One core per service: on a 2-core host they stand in for separate hosts, and idle OpenMP
 # workers spinning after a forward pass would otherwise steal the other services' core.
@@ -32,17 +30,11 @@ LONG_GREEDY = {"model": "target", "messages": [{"role": "user", "content": "Tell
                "max_tokens": 400, "temperature": 0}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def spawn_service(service: str, *args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
     """`specdec serve SERVICE ARGS --host 127.0.0.1`; output to `log`, or a pipe when none."""
     output = log.open("ab") if log is not None else subprocess.PIPE
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", service, *args, "--host", "127.0.0.1"],
-                            env={**os.environ, **SERVICE_ENV, **(env or {})}, stdout=output, stderr=subprocess.STDOUT)
+    return spawn(["serve", service, *args, "--host", "127.0.0.1"], env={**os.environ, **SERVICE_ENV, **(env or {})},
+                 stdout=output, stderr=subprocess.STDOUT)
 
 
 def wait_until(probe, timeout: float, what: str, interval: float = 0.05):
@@ -151,18 +143,6 @@ class LoopbackStack:
             yield stack
         finally:
             stack.stop()
-
-
-def grpc_serving(port: int) -> bool:
-    with VerifyClient(f"127.0.0.1:{port}") as client:  # its health stub speaks to any of our services
-        return client.is_serving(timeout=1.0)
-
-
-def http_ok(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def metric(text: str, name: str, labels: str = "") -> float | None:

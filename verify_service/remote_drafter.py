@@ -20,9 +20,9 @@ from dataclasses import replace
 import grpc
 
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
-from specdec.enums import AcceptanceMode
+from specdec.acceptance_modes import rule
 from specdec.errors import DraftUnavailableError, InvalidRequestError
-from specdec.rpc.convert import acceptance_to_proto, block_from_proto, penalties_to_proto, sampling_to_proto
+from specdec.serving.rpc.convert import acceptance_to_proto, block_from_proto, penalties_to_proto, sampling_to_proto
 from specdec.v1 import draft_pb2, draft_pb2_grpc  # noqa: F401 -- stub type in signatures
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class RemoteDraftSession:
         return response
 
     def _checked_block(self, response: draft_pb2.ProposeResponse, num_tokens: int) -> DraftBlock:
-        needs_q = self.request.acceptance is AcceptanceMode.REJECTION
+        needs_q = rule(self.request.acceptance).needs_draft_probs
         try:
             block = block_from_proto(response.block, self.request.vocab_size, needs_q, field="draft.block")
             if block.depth > num_tokens:  # past the budget: beyond max_tokens or the context, and a costlier pass

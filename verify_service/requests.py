@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from specdec.config import SpecdecConfig
-from specdec.enums import AcceptanceMode, SpeculationPolicy
-from specdec.errors import InvalidRequestError
+from specdec.serving.config import SpecdecConfig
+from specdec.enums import SpeculationPolicy
+from specdec.errors import InvalidRequestError, check_token_ids, field_path
 from specdec.models import LoadedModel
 from specdec.prompts import encode_chat, encode_text
-from specdec.request import TREE_REJECTION_REFUSAL, GenerationRequest
-from specdec.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
+from specdec.acceptance_modes import effective_acceptance, refusal
+from specdec.request import GenerationRequest
+from specdec.serving.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = 64
@@ -61,9 +62,7 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Loade
         token_ids = list(options.token_ids.ids)
         if not token_ids:
             raise InvalidRequestError("options.token_ids", "needs at least one token")
-        bad = next((token for token in token_ids if not 0 <= token < target.vocab_size), None)
-        if bad is not None:
-            raise InvalidRequestError("options.token_ids", f"token id {bad} is outside the vocabulary [0, {target.vocab_size})")
+        check_token_ids(token_ids, target.vocab_size, "options.token_ids")
         return token_ids
     raise InvalidRequestError("options.prompt", "set one of text, chat or token_ids")
 
@@ -93,15 +92,16 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
     }
     fields["penalties"].check_vocab(target.vocab_size, "options.penalties.logit_bias")
     fields["max_tokens"] = options.max_tokens or default_max_tokens(len(fields["prompt_ids"]), target, config)
-    if fields["sampling"].is_greedy and fields["acceptance"] is not AcceptanceMode.GREEDY:
-        fields["acceptance"] = AcceptanceMode.GREEDY
-    if fields.get("tree_branching") and fields["speculative"] and fields["acceptance"] is AcceptanceMode.REJECTION:
-        raise InvalidRequestError("options.acceptance", TREE_REJECTION_REFUSAL)
+    # The draft is told the mode rounds run: at temperature 0 that is greedy whatever was asked.
+    fields["acceptance"] = effective_acceptance(fields["acceptance"], fields["sampling"].is_greedy)
+    problem = refusal(fields["acceptance"], fields["sampling"].is_greedy, tree=bool(fields.get("tree_branching") and fields["speculative"]))
+    if problem:
+        raise InvalidRequestError("options.acceptance", problem)
     try:
         return GenerationRequest(**fields)
     except ValidationError as error:
         item = error.errors()[0]
-        field = ".".join(str(part) for part in item["loc"]) or "options"
+        field = field_path(item["loc"]) or "options"
         raise InvalidRequestError(field, item["msg"]) from error
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from specdec.acceptance import RoundVerdict
 from specdec.output import GenerationChunk, TokenLogprob
 from specdec.request import GenerationRequest, GenerationStats
-from specdec.rpc.convert import source_to_proto
+from specdec.serving.rpc.convert import source_to_proto
 from specdec.target_session import TargetSession
 from specdec.v1 import verify_pb2
 

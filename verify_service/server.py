@@ -8,13 +8,13 @@ import time
 
 import grpc
 
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 from specdec.engine import check_tree_support
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits
 from specdec.models import LoadedModel, describe_memory, load_model
-from specdec.rpc.server import aio_channel, run_until_signalled, set_serving
-from specdec.rpc.server import create_server as create_grpc_server
+from specdec.serving.rpc.server import aio_channel, run_until_signalled, set_serving
+from specdec.serving.rpc.server import create_server as create_grpc_server
 from specdec.v1 import common_pb2, draft_pb2_grpc, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
 from verify_service.servicer import VerifyServicer

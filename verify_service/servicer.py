@@ -13,19 +13,20 @@ import grpc
 
 from specdec.batching import SequenceRunner, default_runner
 from specdec.batching.service import service_batching
-from specdec.config import SpecdecConfig
-from specdec.enums import AcceptanceMode
+from specdec.serving.config import SpecdecConfig
+from specdec.acceptance_modes import rule
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
-from specdec.metrics import ServiceMetrics
+from specdec.serving.device_metrics import track_cuda
+from specdec.serving.metrics import ServiceMetrics
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
 from specdec.request import GenerationStats
-from specdec.rpc.convert import block_from_proto, vocab_fingerprint
-from specdec.rpc.server import SessionLimit, abort_for, run_in_thread
-from specdec.rpc.streams import StreamGate
+from specdec.serving.rpc.convert import block_from_proto, vocab_fingerprint
+from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
+from specdec.serving.rpc.streams import StreamGate
 from specdec.target_session import TargetSession
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
@@ -59,7 +60,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
         self.fingerprint = vocab_fingerprint(target.tokenizer)
         self.max_prompt_chars = max_prompt_chars(target.tokenizer, target.max_context)
-        self.metrics.track_cuda(target.device)
+        track_cuda(self.metrics, target.device)
         self.drafter = drafter
         self.runner = default_runner(target.model, service_batching(self.config, "verify", self.metrics.registry))
         settings = self.config.verify_service
@@ -178,7 +179,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             if len(message.block.token_ids) > session.draft_budget():
                 raise InvalidRequestError("block.token_ids", f"{len(message.block.token_ids)} candidates, but this round's budget is "
                                                              f"{session.draft_budget()} (max_candidates)")
-            block = await run_in_thread(self.prep, block_from_proto, message.block, session.target.vocab_size, session.mode is AcceptanceMode.REJECTION)
+            block = await run_in_thread(self.prep, block_from_proto, message.block, session.target.vocab_size, rule(session.mode).needs_draft_probs)
             verdict, chunk = await self._run(session.step, block)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)

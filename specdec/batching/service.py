@@ -6,11 +6,11 @@ from prometheus_client import CollectorRegistry
 
 from specdec.batching.metrics import BatchMetrics
 from specdec.batching.runner import BatchingOptions
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 
 
 def service_batching(config: SpecdecConfig, service: str, registry: CollectorRegistry) -> BatchingOptions:
-    """`service` is "draft" or "verify": its section's settings, the seed's serving.max_batch_size by default."""
+    """`service` is "draft" or "verify": its section's settings, serving.max_batch_size by default."""
     section = config.draft_service if service == "draft" else config.verify_service
     metrics = BatchMetrics(registry)
     return BatchingOptions(

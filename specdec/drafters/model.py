@@ -12,15 +12,14 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from specdec.acceptance_rounds import ROUNDS, DraftKeys
 from specdec.batching import BatchingOptions, SequenceRunner, default_runner
 from specdec.constraints.masking import mask_logits
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.drafters.tree_draft import TreeRanking, draft_tree
-from specdec.enums import AcceptanceMode
 from specdec.kv_cache import PrefixCache
-from specdec.noise import gumbel_argmax, keyed_gumbel, keyed_gumbel_at
 from specdec.penalties import LogitsTransform
-from specdec.sampling import SparseDistribution, processed_probs, sparse_top_k
+from specdec.sampling import SparseDistribution, processed_probs
 from specdec.tree import TreeShape
 
 # Draft randomness must be independent of the verifier's: derive its seed from the request's.
@@ -50,6 +49,8 @@ class ModelDraftSession:
         self.request = request
         self.committed = CommittedSequence(list(request.prompt_ids))
         self.draft_seed = (request.seed ^ _DRAFT_SEED_SALT) & 0xFFFFFFFFFFFFFFFF
+        self.keys = DraftKeys(request.seed, self.draft_seed, request.draft_top_k)
+        self.rounds = ROUNDS[request.acceptance]
         self.kept_path: list[int] | None = None  # the last tree's accepted nodes, kept in the cache by the next propose
         self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, request.vocab_size)
 
@@ -85,7 +86,7 @@ class ModelDraftSession:
             if self.request.constraint is not None:  # q over the grammar's tokens only: candidates stay valid
                 logits = mask_logits(logits, self.request.constraint.allowed(sequence).to(logits.device).unsqueeze(0))
             draft_probs = processed_probs(logits[0], self.request.sampling)
-            token_id, sparse = self._choose(draft_probs, position=len(sequence))
+            token_id, sparse = self.rounds.choose(draft_probs, len(sequence), self.keys)
             candidates.append(token_id)
             sparse_rows.append(sparse)
             sequence.append(token_id)
@@ -93,23 +94,6 @@ class ModelDraftSession:
         if sparse_rows[0] is not None:
             draft_sparse = SparseDistribution(torch.stack([s.token_ids for s in sparse_rows]), torch.stack([s.probs for s in sparse_rows]))
         return DraftBlock(torch.tensor(candidates, dtype=torch.long), draft_sparse)
-
-    def _choose(self, draft_probs: torch.Tensor, position: int) -> tuple[int, SparseDistribution | None]:
-        request = self.request
-        if request.acceptance is AcceptanceMode.GREEDY:
-            return int(draft_probs.argmax()), None
-        if request.acceptance is AcceptanceMode.COUPLED:
-            gumbel = keyed_gumbel(request.seed, torch.tensor([position], device=draft_probs.device), draft_probs.shape[-1])
-            return int(gumbel_argmax(draft_probs.unsqueeze(0), gumbel)[0]), None
-        sparse = sparse_top_k(draft_probs, request.draft_top_k)
-        sparse = SparseDistribution(sparse.token_ids.cpu(), sparse.probs.double().cpu())
-        # NOTE: Gumbel-max with noise keyed by (draft seed, position) is an exact sample of q, and the
-        # same sample whenever this position is drafted from this prefix, however often the session
-        # drafted before: a block drafted ahead (overlap.py) is the block a later propose would draw.
-        # Still lossless: the verifier judges the candidate at a position at most once (that position
-        # is then committed), and noise only ever used for unjudged candidates is fresh to it.
-        choice = int((sparse.probs.log() + keyed_gumbel_at(self.draft_seed, position, sparse.token_ids)).argmax())
-        return int(sparse.token_ids[choice]), sparse
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         was_tree = self.committed.last_parents is not None

@@ -22,7 +22,7 @@ from specdec.batching import BatchingOptions
 from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import lookup_continuation, point_mass_block
-from specdec.enums import AcceptanceMode
+from specdec.acceptance_modes import rule
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class PromptLookupSession:
         self.inner = inner
         self.settings = settings
         self.lookup = request.tree is None  # tree requests: the model drafts every block
-        self.sends_q = request.acceptance is AcceptanceMode.REJECTION  # the only rule that reads q
+        self.sends_q = rule(request.acceptance).needs_draft_probs
         self.constraint = request.constraint
 
     @property

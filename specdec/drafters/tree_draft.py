@@ -3,7 +3,7 @@
 Each node's children are its top-`branching` tokens by the drafter's own ranking score: log q
 (greedy) or log q + the keyed Gumbel noise of the position (coupled, the noise the target's choice
 uses too). The first child of each node is the token a chain drafter would propose there. Shape
-(dynamic, documented in the README): the **main chain** (first child of first child ...) always
+(dynamic, documented in docs/configuration.md): the **main chain** (first child of first child ...) always
 grows to the round's K, so the tree contains the chain a chain drafter would send and never accepts
 fewer tokens than it (greedy and coupled acceptance are deterministic given the prefix); the
 remaining node budget goes to the other children with the highest path confidence (product of q

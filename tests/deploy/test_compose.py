@@ -326,7 +326,7 @@ def test_tracing_goes_to_jaeger(variant):
 
 
 def test_specdec_environment_variables_name_real_config_keys(variant):
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
 
     name, document = variant
     for role in ROLES:

@@ -271,7 +271,7 @@ def test_each_deployment_has_a_pod_disruption_budget():
 # --- config, keys, autoscaling -------------------------------------------------------------------------
 
 def test_configmap_is_a_valid_specdec_config(tmp_path, monkeypatch):
-    from specdec.config import load_config
+    from specdec.serving.config import load_config
 
     for key in [key for key in os.environ if key.startswith("SPECDEC_")]:
         monkeypatch.delenv(key)

@@ -1,6 +1,6 @@
 """Checks of the monitoring config in deploy/: Prometheus config, alert rules and their unit tests
 (with promtool), the Grafana dashboard and provisioning, and that every metric they reference is
-one the services export (specdec/metrics.py), so renaming a metric breaks this test."""
+one the services export (specdec/serving/metrics.py), so renaming a metric breaks this test."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_dashboard_exprs_are_valid_promql(tmp_path):
 
 def test_allowed_metric_names_match_service_metrics():
     """The list above is what ServiceMetrics really registers (so a rename there fails here)."""
-    from specdec.metrics import ServiceMetrics
+    from specdec.serving.metrics import ServiceMetrics
 
     families = {"counter": set(), "histogram": set(), "gauge": set()}
     for family in ServiceMetrics("test").registry.collect():
@@ -179,7 +179,7 @@ def test_referenced_metrics_exist():
         base = next((metric[: -len(s)] for s in HISTOGRAM_SUFFIXES if metric.endswith(s)), metric)
         if base in HISTOGRAMS and base == metric:
             hints.append(f"{metric} is a histogram: query {metric}_bucket, _sum or _count")
-    assert not unknown, "metrics not exported by specdec/metrics.py:\n  " + "\n  ".join(unknown + hints)
+    assert not unknown, "metrics not exported by specdec/serving/metrics.py:\n  " + "\n  ".join(unknown + hints)
 
 
 def test_dashboard_covers_every_metric_family():

@@ -12,11 +12,11 @@ from conftest import start_draft_server, start_verify_server
 from gguf_support import load_draft_gguf
 
 from specdec.bundled import bundled_model_path
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.drafters.gguf import GgufDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.models import load_model
-from specdec.rpc.convert import vocab_fingerprint
+from specdec.serving.rpc.convert import vocab_fingerprint
 
 CHAT = [{"role": "user", "content": "Name three colours and say which one you like best."}]
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"

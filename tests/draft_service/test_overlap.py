@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"

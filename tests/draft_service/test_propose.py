@@ -11,7 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from specdec.rpc.convert import vocab_fingerprint
+from specdec.serving.rpc.convert import vocab_fingerprint
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 
 DRAFT_SERVICE = "specdec.v1.DraftService"

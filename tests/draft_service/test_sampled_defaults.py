@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from service_support import ServiceProcess, free_port, grpc_serving, wait_until
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 
 # Repetitive prompts, so prompt lookup matches in some rounds and the draft model drafts the others.
 PROMPTS = [

@@ -126,7 +126,18 @@ def _declared_body_reply(gateway_url: str, declared: int, sent: bytes) -> bytes:
     with socket.create_connection((url.host, url.port), timeout=10) as connection:
         connection.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
                            f"Content-Length: {declared}\r\n\r\n".encode() + sent)
-        return connection.recv(65536)
+        reply = b""
+        while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < _content_length(reply):
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+
+
+def _content_length(reply: bytes) -> int:
+    headers = reply.partition(b"\r\n\r\n")[0].lower()
+    return int(headers.partition(b"content-length: ")[2].split(b"\r\n")[0] or 0)
 
 
 def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_read(client, gateway_url):

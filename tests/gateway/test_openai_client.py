@@ -115,7 +115,7 @@ def test_logprobs_chat_and_completions(client):
 
 
 def test_disconnect_mid_stream_frees_the_verify_session(gateway_url, verify_server):
-    from specdec.client import VerifyClient
+    from specdec.cli.client import VerifyClient
 
     body = {"model": "target", "messages": MESSAGES, "max_tokens": 450, "temperature": 0, "speculative": {"enabled": False}}
     started = time.monotonic()

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from service_support import CHAT, ServiceProcess, free_port, grpc_serving, scrape, wait_until
 
-from specdec.client import generation_options
+from specdec.cli.client import generation_options
 from specdec.v1 import verify_pb2, verify_pb2_grpc
 
 # The red team's repro: 3.9 MB of prompt (just under the gateway's 4 MiB body limit), 4 tokens asked.

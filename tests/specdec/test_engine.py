@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdec.config import load_config
+from specdec.serving.config import load_config
 from specdec.drafters import ModelDrafter, NgramDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.engine import build_generator, load_draft_side

@@ -7,7 +7,7 @@ import torch
 from generation_support import run as _run
 from lossless_support import joint_p_value
 
-from specdec import target_session
+from specdec import acceptance_rounds
 from specdec.acceptance import RoundVerdict
 from specdec.drafters import ModelDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
@@ -63,7 +63,7 @@ def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_targ
         bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
         return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
-    monkeypatch.setattr(target_session, "rejection_accept", always_accept)
+    monkeypatch.setattr(acceptance_rounds, "rejection_accept", always_accept)
     # A draft that is clearly not the target (its upper layers are missing) must be caught.
     assert joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) < 1e-3
 

@@ -16,7 +16,7 @@ from specdec.output import RoundInfo
 from specdec.request import GenerationRequest, GenerationStats
 from specdec.sampling import SamplingParams
 from specdec.target_session import TargetSession
-from specdec.tiny_pair import make_tiny_pair
+from specdec.cli.tiny_pair import make_tiny_pair
 
 GREEDY = SamplingParams(temperature=0)
 MAX_K = 8

@@ -11,7 +11,7 @@ from specdec.generation import SpeculativeGenerator
 from specdec.models import load_model
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
-from specdec.tiny_pair import make_tiny_pair
+from specdec.cli.tiny_pair import make_tiny_pair
 
 
 

@@ -11,7 +11,7 @@ import torch
 from gguf_support import load_draft_gguf
 
 from specdec.batching import BatchingOptions
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 from specdec.drafters.gguf import GgufDrafter, GgufSequence
 from specdec.engine import load_draft_side
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specdec import memory_plan
-from specdec.config import SpecdecConfig
+from specdec.serving.config import SpecdecConfig
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits, footprint, plan
 

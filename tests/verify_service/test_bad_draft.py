@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from specdec.client import VerifyClient
-from specdec.rpc.server import create_server
+from specdec.cli.client import VerifyClient
+from specdec.serving.rpc.server import create_server
 from specdec.v1 import common_pb2, draft_pb2, draft_pb2_grpc
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"

@@ -10,7 +10,7 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from specdec.client import VerifyClient, generation_options
+from specdec.cli.client import VerifyClient, generation_options
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 VERIFY_SERVICE = "specdec.v1.VerifyService"
@@ -254,7 +254,7 @@ async def _construct(server_class, config, address):
 
 @pytest.fixture
 def capped_server(service_loop, tiny_target):
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
     from verify_service.server import VerifyServer
 
     config = SpecdecConfig(verify_service={"draft_endpoint": "", "max_sessions": 1})

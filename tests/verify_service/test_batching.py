@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from specdec.batching.packed_forward import model_parts
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
 
 PROMPTS = ["Tell me about the sea.", "Write a poem.", "Why is the sky blue? Explain it to a child in detail.", "Hi",

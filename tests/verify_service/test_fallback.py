@@ -10,7 +10,7 @@ import time
 import pytest
 from service_support import free_port, spawn_service
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
 from specdec.generation import SpeculativeGenerator
 from specdec.models import LoadedModel

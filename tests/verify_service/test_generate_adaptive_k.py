@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import start_verify_server
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.generation import SpeculativeGenerator
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams

@@ -6,7 +6,7 @@ import grpc
 import pytest
 from service_support import whole_word_bias
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
 
 PROMPT = "Once upon a time, in a land of rivers and markets,"

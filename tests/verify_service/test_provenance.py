@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.v1 import common_pb2

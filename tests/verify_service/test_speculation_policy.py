@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from specdec.client import VerifyClient
+from specdec.cli.client import VerifyClient
 from specdec.v1 import verify_pb2
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"

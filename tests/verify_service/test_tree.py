@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from specdec.client import VerifyClient
-from specdec.config import SpecdecConfig
+from specdec.cli.client import VerifyClient
+from specdec.serving.config import SpecdecConfig
 from specdec.drafters import ModelDrafter
 
 PROMPTS = ["Tell me about the sea.", "Write a poem.", "Why is the sky blue?", "Count to ten."]

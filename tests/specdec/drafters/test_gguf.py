@@ -10,7 +10,7 @@ import torch
 from gguf_support import load_draft_gguf
 from lossless_support import joint_p_value
 
-from specdec import target_session
+from specdec import acceptance_rounds
 from specdec.acceptance import RoundVerdict
 from specdec.drafters import DraftRequest
 from specdec.drafters.gguf import GgufDrafter
@@ -94,7 +94,7 @@ def test_negative_control_always_accepting_the_gguf_draft_fails_the_joint_test(t
         bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
         return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
-    monkeypatch.setattr(target_session, "rejection_accept", always_accept)
+    monkeypatch.setattr(acceptance_rounds, "rejection_accept", always_accept)
     assert joint_p_value(tiny_target, GgufDrafter(tiny_gguf_draft), prompt_ids) < 1e-3
 
 

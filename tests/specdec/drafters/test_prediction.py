@@ -191,14 +191,14 @@ def test_rejection_with_a_prediction_matches_the_target_joint(tiny_target, tiny_
 
 
 def test_negative_control_accepting_the_prediction_blindly_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids, monkeypatch):
-    from specdec import target_session
+    from specdec import acceptance_rounds
     from specdec.acceptance import RoundVerdict
 
     def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
         bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
         return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
-    monkeypatch.setattr(target_session, "rejection_accept", always_accept)
+    monkeypatch.setattr(acceptance_rounds, "rejection_accept", always_accept)
     expected = exact_joint(tiny_target, prompt_ids, JOINT_SAMPLING)
     likely = max(expected, key=expected.get)
     generator = SpeculativeGenerator(tiny_target, None)

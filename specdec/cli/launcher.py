@@ -1,0 +1,244 @@
+"""`specdec up`: draft, then verify, then the gateway, each started once the previous is healthy."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from specdec.cli.processes import grpc_serving, http_ok, spawn, wait_for
+from specdec.errors import SpecdecError
+
+START_TIMEOUT_S = 600.0  # a large model can take minutes to load
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass
+class UpPlan:
+    """What `specdec up` runs: models and ports (None = take the config file's)."""
+
+    config_file: str | None
+    target: str | None
+    draft: str | None
+    draft_method: str | None
+    gateway_port: int
+    draft_port: int
+    verify_port: int
+    draft_metrics_port: int = 9101
+    verify_metrics_port: int = 9102
+    tiny: bool = False
+    num_draft_tokens: int | None = None  # K for the verify service (None: the config's, or the default pair's)
+    gguf_threads: int | None = None  # llama.cpp threads of a gguf draft (None: the default pair's, or the config's)
+
+
+@dataclass(frozen=True)
+class DefaultPair:
+    """What `specdec up` with no arguments serves."""
+
+    target: str
+    draft: str
+    draft_method: str | None  # None: the config's (a `model` draft)
+    draft_flags: tuple[str, ...] = ()  # on any host
+
+
+# The target's own GGUF agrees with it on 0.98 of greedy tokens; prompt lookup first would only replace
+# better proposals (0.65-0.87 with lookup in front; docs/benchmarks.md).
+_GGUF_PAIR_FLAGS = ("--no-prompt-lookup",)
+
+
+def default_pair_paths(tiny: bool = False) -> DefaultPair:
+    """The embedded default pair: SmolLM2-135M-Instruct drafted by its own Q4_1 GGUF through llama.cpp
+    (the distilled draft where llama-cpp-python is not installed), fetched on first use.
+
+    `tiny`: the tiny random pair instead (seconds to start; for trying the plumbing), built once
+    into the user's cache.
+    """
+    if not tiny:
+        from specdec.default_models import DRAFT_DIR, default_draft_gguf, ensure_default_target, models_dir
+
+        target = str(ensure_default_target(models_dir()))
+        if importlib.util.find_spec("llama_cpp") is None:
+            print("specdec up: llama-cpp-python is not installed, so the default pair drafts with the distilled draft "
+                  "(slower; `pip install 'specdec[llama]'` for the GGUF draft, see docs/configuration.md)", file=sys.stderr)
+            return DefaultPair(target, str(DRAFT_DIR), None)
+        return DefaultPair(target, str(default_draft_gguf(models_dir())), "gguf", _GGUF_PAIR_FLAGS)
+    from specdec.cli.tiny_pair import make_tiny_pair
+
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
+    if not (root / "target" / "config.json").is_file() or not (root / "draft" / "config.json").is_file():
+        make_tiny_pair(root)
+    return DefaultPair(str(root / "target"), str(root / "draft"), None)
+
+
+@dataclass(frozen=True)
+class PairTuning:
+    """How the default pair drafts on a CPU-only host: K per round and the draft service's flags."""
+
+    num_draft_tokens: int
+    draft_flags: tuple[str, ...]
+
+
+# Chosen by measurement (docs/benchmarks.md, "Default pair: SmolLM2 drafted by its own GGUF"): K = 3;
+# one llama.cpp thread leaves the other core to the target.
+GGUF_TUNING = PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1",))
+# The distilled draft: K = 2 for a looked-up block, 1 from the draft model, single-token matches counted.
+DISTILLED_TUNING = PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
+
+
+def default_pair_tuning(draft_method: str | None = "gguf") -> PairTuning | None:
+    """The CPU tuning of the default pair with this draft; None on a GPU host (the configured defaults)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return GGUF_TUNING if draft_method == "gguf" else DISTILLED_TUNING
+
+
+class Stack:
+    """The three child processes, stopped in reverse order."""
+
+    def __init__(self) -> None:
+        self.children: list[tuple[str, subprocess.Popen]] = []
+
+    def spawn(self, name: str, arguments: list[str]) -> subprocess.Popen:
+        process = spawn(arguments)
+        self.children.append((name, process))
+        return process
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        for name, process in reversed(self.children):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    print(f"specdec up: {name} did not stop within {grace_s:.0f}s; killing it", file=sys.stderr)
+                    process.kill()
+                    process.wait()
+
+    def failed_child(self) -> str | None:
+        return next((f"{name} exited with status {p.returncode}" for name, p in self.children if p.poll() is not None), None)
+
+
+def run_up(plan: UpPlan) -> int:
+    stack = Stack()
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        start_all(stack, plan)
+        _announce(plan)
+        while not stopping:
+            failure = stack.failed_child()
+            if failure:
+                raise SpecdecError(f"{failure}; stopping the others")
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print("specdec up: stopping gateway, verify, draft", file=sys.stderr)
+        stack.stop()
+    return 0
+
+
+@dataclass
+class _DraftSide:
+    target: str | None
+    args: list[str]  # `serve draft` flags
+    num_draft_tokens: int | None  # K for the verify service
+
+
+def _draft_side(plan: UpPlan) -> _DraftSide:
+    """The draft service's flags: the given models, or the default pair with its flags and (on CPU) its
+    tuning, where the config file (if any) does not set those settings itself."""
+    target, draft, method, flags = plan.target, plan.draft, plan.draft_method, []
+    num_draft_tokens = plan.num_draft_tokens
+    config = _file_config(plan)
+    default_pair = target is None and config.model.target_path is None
+    if default_pair:
+        pair = default_pair_paths(plan.tiny)
+        target = pair.target
+        if draft is None:
+            draft, method, flags = pair.draft, method or pair.draft_method, list(pair.draft_flags)
+        tuning = None if plan.tiny else default_pair_tuning(method)
+        if tuning is not None:
+            flags += [flag for flag in tuning.draft_flags if not (flag.startswith("--gguf-threads") and config.model.gguf_threads)]
+            if "draft_tokens" not in config.speculative.model_fields_set:
+                num_draft_tokens = num_draft_tokens or tuning.num_draft_tokens
+    args = [*(["--draft-method", method] if method else []), *flags]
+    args += [f"--gguf-threads={plan.gguf_threads}"] if plan.gguf_threads else []
+    args += [f"--draft={draft}"] if draft else []
+    # layer_skip drafts with the target's layers; a gguf draft checks its vocabulary against the target's at start.
+    args += [f"--target={target}"] if target and method in ("layer_skip", "gguf") else []
+    # One host: a small draft on one thread leaves the other cores to the target, and two
+    # processes whose OpenMP thread teams span the same cores slow each other down badly.
+    args += ["--cpu-threads", "1"] if (default_pair or plan.config_file is None) and config.draft_service.cpu_threads is None else []
+    return _DraftSide(target, args, num_draft_tokens)
+
+
+def _file_config(plan: UpPlan):
+    """The settings of the config file (and SPECDEC_* env); a file without a target serves the default pair."""
+    from specdec.serving.config import load_config
+
+    return load_config(plan.config_file)
+
+
+def start_all(stack: Stack, plan: UpPlan) -> None:
+    config = ["--config", plan.config_file] if plan.config_file else []
+    side = _draft_side(plan)
+    target, draft_args, num_draft_tokens = side.target, side.args, side.num_draft_tokens
+    # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
+    stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
+                          "--metrics-port", str(plan.draft_metrics_port)])
+    _wait_healthy("draft", stack, partial(grpc_serving, f"localhost:{plan.draft_port}"))
+    stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--host", LOOPBACK, "--port", str(plan.verify_port),
+                           "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",
+                           *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])])
+    _wait_healthy("verify", stack, partial(grpc_serving, f"localhost:{plan.verify_port}"))
+    stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}"])
+    _wait_healthy("gateway", stack, partial(http_ok, f"http://localhost:{plan.gateway_port}/ready"))
+
+
+def _wait_healthy(name: str, stack: Stack, probe) -> None:
+    problem = wait_for(probe, START_TIMEOUT_S, stack.failed_child, interval_s=0.3)
+    if problem:
+        raise SpecdecError(f"{name} did not start: {problem}")
+    print(f"specdec up: {name} is healthy", file=sys.stderr)
+
+
+def _announce(plan: UpPlan) -> None:
+    """The URL, the model's id and a curl line to try; with API keys set, the curl line shows where the key goes."""
+    url = f"http://localhost:{plan.gateway_port}"
+    key = _any_api_key(plan)
+    try:
+        model = _served_model(url, key)
+    except (OSError, ValueError, LookupError) as error:  # never a reason to stop a stack that is up
+        print(f"specdec up: could not read the served model's id from {url}/v1/models: {error}", file=sys.stderr)
+        model = "<model>"
+    print(f"\nspecdec is up: {url}/v1 (model {model!r}); Ctrl-C stops it.\n")
+    auth = " -H 'Authorization: Bearer <one of your API keys>'" if key else ""
+    print(f"""curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\
+  -d '{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello!"}}], "max_tokens": 32}}'\n""")
+    print(f"Playground (speculation token by token): {url}/\n", flush=True)
+
+
+def _any_api_key(plan: UpPlan) -> str | None:
+    """One of the keys the gateway accepts ($SPECDEC_API_KEYS or the config's keys file), or None."""
+    from gateway.auth import ApiKeys
+    from specdec.serving.config import load_config
+
+    keys = ApiKeys.from_environment(load_config(plan.config_file).serving.api_keys_file).current()
+    return min(keys) if keys else None
+
+
+def _served_model(url: str, key: str | None) -> str:
+    request = urllib.request.Request(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"} if key else {})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.load(response)["data"][0]["id"]

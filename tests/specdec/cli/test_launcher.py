@@ -1,0 +1,162 @@
+"""`specdec up`: the three services in start order, a working chat answer, a clean stop."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import httpx
+
+from specdec.cli.launcher import PairTuning, default_pair_tuning
+from specdec.cli.processes import free_port
+from specdec.v1 import common_pb2, draft_pb2_grpc
+
+
+def _ports() -> dict[str, int]:
+    return {"--gateway-port": free_port(), "--draft-port": free_port(), "--verify-port": free_port(),
+            "--draft-metrics-port": free_port(), "--verify-metrics-port": free_port()}
+
+
+@contextlib.contextmanager
+def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str] | None = None, timeout: float = 120):
+    """`specdec up` as a user runs it; yields its banner, then stops it with SIGTERM and checks no child outlives it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
+    log = (tmp_path / "up.log").open("w")  # the children's logs: a file, so no pipe can fill up
+    up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", *extra, *arguments], env=env,
+                          stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    try:
+        yield _read_until(up, "\"max_tokens\": 32", timeout=timeout, log=tmp_path / "up.log")  # the banner, to its curl line
+    finally:
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == 0
+    children = subprocess.run(["pgrep", "-f", f"--port {ports['--draft-port']}"], check=False, capture_output=True, text=True).stdout
+    assert children.strip() == "", "a child service outlived specdec up"
+
+
+def _chat(ports: dict[str, int], model: str, max_tokens: int, key: str | None = None, status: int = 200) -> dict:
+    url = f"http://127.0.0.1:{ports['--gateway-port']}/v1/chat/completions"
+    body = {"model": model, "messages": [{"role": "user", "content": "Hello! What can you do?"}], "max_tokens": max_tokens, "temperature": 0}
+    reply = httpx.post(url, json=body, timeout=120, headers={"Authorization": f"Bearer {key}"} if key else {})
+    assert reply.status_code == status, reply.text
+    return reply.json()
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses of the sockets listening on `port` (from /proc/net/tcp and tcp6)."""
+    addresses = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as lines:
+            for line in list(lines)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, port_hex = local.split(":")
+                if state == "0A" and int(port_hex, 16) == port:  # 0A: LISTEN
+                    ip = ipaddress.ip_address(bytes.fromhex(address)[::-1] if len(address) == 8 else _ipv6(address))
+                    addresses.add(str(getattr(ip, "ipv4_mapped", None) or ip))  # gRPC listens on ::ffff:127.0.0.1
+    return addresses
+
+
+def _ipv6(address: str) -> bytes:
+    return b"".join(bytes.fromhex(address[i:i + 8])[::-1] for i in range(0, 32, 8))
+
+
+def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
+    ports = _ports()
+    with _specdec_up(tmp_path, ports, "--tiny") as banner:
+        assert f"http://localhost:{ports['--gateway-port']}/v1" in banner
+        assert (tmp_path / "specdec" / "tiny-pair" / "target" / "config.json").is_file()  # the tiny pair, built into the cache
+        reply = _chat(ports, "target", 8)
+        assert reply["choices"][0]["message"]["content"] and reply["speculative"]["rounds"] > 0
+        verify_metrics = httpx.get(f"http://127.0.0.1:{ports['--verify-metrics-port']}/metrics", timeout=5).text
+        assert "specdec_spec_decode_num_draft_tokens_total" in verify_metrics
+
+
+def test_up_with_api_keys_set_comes_up_and_serves_only_with_a_key(tmp_path):
+    ports = _ports()
+    key = "sk-up-test-3141"
+    with _specdec_up(tmp_path, ports, "--tiny", env={"SPECDEC_API_KEYS": f"{key},another-key"}) as banner:
+        assert "model 'target'" in banner and "Authorization: Bearer" in banner
+        assert key not in banner  # the banner shows where the key goes, never the key
+        reply = _chat(ports, "target", 8, key=key)
+        assert reply["choices"][0]["message"]["content"]
+        _chat(ports, "target", 8, status=401)
+        # The gRPC ports have no authentication: `up` keeps them on the loopback interface.
+        for flag in ("--draft-port", "--verify-port"):
+            assert _listening_addresses(ports[flag]) == {"127.0.0.1"}, (flag, _listening_addresses(ports[flag]))
+
+
+def test_up_with_no_arguments_chats_with_smollm2_drafted_by_its_own_gguf(tmp_path, default_target_dir):
+    ports = _ports()
+    # The models directory the session fixture converted SmolLM2 into: `specdec up` finds it there.
+    with _specdec_up(tmp_path, ports, env={"SPECDEC_MODELS_DIR": str(default_target_dir.parent)}, timeout=300) as banner:
+        assert "model 'smollm2-135m-instruct'" in banner
+        reply = _chat(ports, "smollm2-135m-instruct", 24)
+        assert reply["choices"][0]["message"]["content"].strip()
+        stats = reply["speculative"]
+        assert stats["rounds"] > 0 and stats["accepted_tokens"] > 0 and not stats["fallback"]
+        with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
+            status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
+        assert status.drafter == "gguf" and status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1",))
+    # Without llama-cpp-python the distilled draft's tuning: lookup 2 tokens, or 1 from the draft model.
+    assert default_pair_tuning(None) == PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_pair_tuning("gguf") is None  # a GPU host runs the configured defaults
+
+
+def test_without_llama_cpp_the_default_pair_drafts_with_the_distilled_draft(monkeypatch, default_target_dir, capsys):
+    import importlib.util
+
+    from specdec.default_models import DRAFT_DIR
+    from specdec.cli.launcher import default_pair_paths
+
+    monkeypatch.setenv("SPECDEC_MODELS_DIR", str(default_target_dir.parent))
+    pair = default_pair_paths()
+    assert (pair.draft_method, pair.draft_flags) == ("gguf", ("--no-prompt-lookup",))  # on any host: lookup only lowers its agreement
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "llama_cpp" else real_find_spec(name, *rest))
+    pair = default_pair_paths()
+    assert (pair.draft, pair.draft_method) == (str(DRAFT_DIR), None)
+    assert "llama-cpp-python is not installed" in capsys.readouterr().err
+
+
+def _read_until(process: subprocess.Popen, marker: str, timeout: float, log) -> str:
+    deadline, seen = time.monotonic() + timeout, []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line and process.poll() is not None:
+            raise AssertionError(f"specdec up exited: {log.read_text()}")
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    raise AssertionError("specdec up did not come up in time")
+
+
+def test_up_with_a_config_that_only_tunes_speculation_serves_the_default_pair_with_its_settings(tmp_path, default_target_dir):
+    # No `model` section: the default pair, with the file's other settings (K, the served name) applied.
+    config = tmp_path / "speculation.yaml"
+    config.write_text("speculative:\n  draft_tokens: 2\nserving:\n  served_model_name: tuned-default\n", encoding="utf-8")
+    ports = _ports()
+    with _specdec_up(tmp_path, ports, "--config", str(config), env={"SPECDEC_MODELS_DIR": str(default_target_dir.parent)},
+                     timeout=300) as banner:
+        assert "model 'tuned-default'" in banner
+        reply = _chat(ports, "tuned-default", 24)
+        assert reply["choices"][0]["message"]["content"].strip()
+        stats = reply["speculative"]
+        assert stats["rounds"] > 0 and not stats["fallback"]
+        assert stats["draft_tokens"] <= 2 * stats["rounds"]  # K = 2 from the file, not the CPU tuning's 3
+        with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
+            status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
+        assert status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
