@@ -105,7 +105,7 @@ def smollm2_client(service_loop):
     draft_model = load_gguf(default_draft_gguf(models_dir()), GgufOptions(threads=2, context_tokens=4096, max_sequences=4, device="cpu"))
     draft = start_draft_server(service_loop, GgufDrafter(draft_model), draft_model)
     verify = start_verify_server(service_loop, target, f"127.0.0.1:{draft.port}")
-    from specdec.config import SpecdecConfig
+    from specdec.serving.config import SpecdecConfig
 
     gateway = GatewayThread(SpecdecConfig(serving={"verify_endpoint": f"127.0.0.1:{verify.port}", "served_model_name": "smollm2"}))
     yield OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
