@@ -12,6 +12,7 @@ import grpc
 from opentelemetry import trace
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.acceptance_modes import TREE_REFUSAL, rule
@@ -133,7 +134,16 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             tree=_tree_shape(opening),
             penalties=penalties,
             draft_ahead_tokens=0 if opening.tree_nodes else min(opening.draft_ahead_tokens, MAX_DRAFT_TOKENS),
+            constraint=self._constraint(opening),
         )
+
+    def _constraint(self, opening: draft_pb2.ProposeOpen) -> GrammarConstraint | None:
+        """The target's grammar over this drafter's vocabulary; None without one, or for a model-free
+        drafter (its lookups are then unmasked: the verifier's mask keeps the output right)."""
+        model = self.loaded.model
+        if not opening.grammar or model is None:
+            return None
+        return GrammarConstraint.for_model(opening.grammar, len(opening.prompt_ids), model, opening.vocab_size, "open.grammar")
 
     def _draft_ahead(self, session: OverlappedDraftSession) -> asyncio.Future | None:
         if not self.overlap:

@@ -98,6 +98,7 @@ class RemoteDraftSession:
                 tree_branching=request.tree.branching if request.tree else 0, tree_nodes=request.tree.max_nodes if request.tree else 0,
                 penalties=penalties_to_proto(request.penalties),
                 draft_ahead_tokens=0 if pending or num_tokens else request.draft_ahead_tokens,
+                grammar=request.constraint.grammar if request.constraint is not None else "",
             )))
             if not pending:
                 return messages

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.enums import AcceptanceMode, TokenSource
 from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams, SparseDistribution
@@ -37,6 +38,9 @@ class DraftRequest:
     # When the first propose asks for none (the target decodes the first token itself): candidates
     # a session that drafts ahead (overlap.py) prepares meanwhile, past its guess of that token.
     draft_ahead_tokens: int = 0
+    # Structured outputs: the target's grammar, the session's own matcher. Drafters keep their candidates
+    # inside it so more are accepted (correctness never depends on it). None: unconstrained.
+    constraint: GrammarConstraint | None = None
 
 
 @dataclass(frozen=True)

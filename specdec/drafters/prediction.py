@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import point_mass_block
 from specdec.enums import AcceptanceMode, TokenSource
@@ -70,6 +71,7 @@ class PredictionSession:
         self.backoff = _Backoff(settings.max_backoff)
         self.last_predicted = 0  # candidates of the last block that came from the prediction
         self.block_tokens = settings.start_tokens  # length of the next predicted block (grows while it is accepted in full)
+        self.constraint = request.constraint
 
     @property
     def committed(self) -> CommittedSequence:
@@ -82,6 +84,7 @@ class PredictionSession:
         if num_tokens > 0 and self.backoff.ready():
             generated = self.committed.token_ids[self.prompt_length :]
             candidates = self.alignment.continuation(generated, min(num_tokens, self.block_tokens), settings.max_ngram, settings.min_ngram)
+            candidates = grammar_prefix(self.constraint, self.committed.token_ids, candidates)
         self.last_predicted = len(candidates)
         if not candidates:
             return self._inner_block(min(num_tokens, settings.inner_tokens))
