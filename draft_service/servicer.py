@@ -12,6 +12,7 @@ import grpc
 from opentelemetry import trace
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
 from specdec.acceptance_modes import TREE_REFUSAL, rule
@@ -132,7 +133,16 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             draft_top_k=opening.draft_top_k or DEFAULT_DRAFT_TOP_K,
             tree=_tree_shape(opening),
             penalties=penalties,
+            constraint=self._constraint(opening),
         )
+
+    def _constraint(self, opening: draft_pb2.ProposeOpen) -> GrammarConstraint | None:
+        """The target's grammar over this drafter's vocabulary; None without one, or for a model-free
+        drafter (its lookups are then unmasked: the verifier's mask keeps the output right)."""
+        model = self.loaded.model
+        if not opening.grammar or model is None:
+            return None
+        return GrammarConstraint.for_model(opening.grammar, len(opening.prompt_ids), model, opening.vocab_size, "open.grammar")
 
     def _draft_ahead(self, session: OverlappedDraftSession) -> asyncio.Future | None:
         if not self.overlap:

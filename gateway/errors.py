@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from specdec.errors import describe_validation_error, field_path
+from specdec.errors import InvalidRequestError, describe_validation_error, field_path
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ def _unexpected(request: Request, error: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(OpenAIError, lambda request, error: error.response())
+    app.add_exception_handler(InvalidRequestError, lambda request, error: bad_request(str(error), error.field).response())
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(json.JSONDecodeError, lambda request, error: bad_request(f"the body is not valid JSON: {error}").response())

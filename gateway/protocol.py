@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from gateway.tool_protocol import MAX_TOOLS, FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
 from specdec.limits import MaxTokens, Seed, TokenId, TopK, TopLogprobs
@@ -37,7 +37,6 @@ class _Request(BaseModel):
 
 # Fields accepted only with these values (what this server does anyway); anything else is a 400 naming the field.
 NO_OP_VALUES: dict[str, tuple] = {
-    "response_format": (None, {"type": "text"}),
     "functions": (None, []),
     "function_call": (None, "none"),
     "modalities": (None, ["text"]),
@@ -120,6 +119,28 @@ class ChatMessage(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
+class JsonSchemaFormat(BaseModel):
+    name: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: Any = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None  # the schema is always enforced in full (what the engine cannot enforce is refused)
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format (text, json_object, json_schema); regex, choice and grammar (Lark) are extensions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema", "regex", "choice", "grammar"]
+    json_schema: JsonSchemaFormat | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+    def as_dict(self) -> dict:
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
 class PredictionContent(BaseModel):
     """OpenAI predicted outputs: text the output is expected to mostly repeat (drafted from first)."""
 
@@ -171,6 +192,9 @@ class _SamplingRequest(_Request):
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+    response_format: ResponseFormat | None = None  # structured outputs (docs/structured-outputs.md); an extension on completions
+    # The grammar built from response_format (specdec.constraints), set by the gateway off the event loop.
+    _grammar: str | None = PrivateAttr(None)
 
     _valid_text = field_validator("model", "user", "stop")(_encodable)
     _valid_bias = field_validator("logit_bias")(_logit_bias)
@@ -183,6 +207,9 @@ class _SamplingRequest(_Request):
             raise ValueError("at most 16 stop sequences")
         return stops
 
+    @property
+    def grammar(self) -> str | None:
+        return self._grammar
 
 
 class ChatCompletionRequest(_SamplingRequest):
@@ -195,8 +222,7 @@ class ChatCompletionRequest(_SamplingRequest):
     tools: list[FunctionTool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = Field(None, description='default "auto" with tools, else "none"')
     parallel_tool_calls: bool = Field(True, description="false: at most one call per choice")
-    # Not honoured yet (structured outputs come later): accepted only as NO_OP_VALUES says.
-    response_format: Any = None
+    # Not honoured: accepted only as NO_OP_VALUES says.
     functions: Any = None
     function_call: Any = None
     modalities: Any = None
@@ -205,7 +231,7 @@ class ChatCompletionRequest(_SamplingRequest):
     verbosity: Any = None
     web_search_options: Any = None
 
-    _not_honoured = field_validator("response_format", "functions", "function_call", "modalities", "audio",
+    _not_honoured = field_validator("functions", "function_call", "modalities", "audio",
                                     "reasoning_effort", "verbosity", "web_search_options")(_only_no_op)
     _unique_tools = field_validator("tools")(check_tools)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -17,7 +18,7 @@ from gateway.choices import Completion, open_streams, run_all
 from gateway.errors import OpenAIError, bad_request
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from gateway.streaming import ClosingStreamingResponse, stream_events
-from gateway.tool_constraint import forces_call
+from gateway.tool_constraint import forces_call, request_grammar
 from gateway.upstream import Upstream
 from specdec.serving.config import SpecdecConfig
 from specdec.serving.metrics import ServiceMetrics
@@ -95,9 +96,8 @@ class Gateway:
         if asked is not None and asked > limit:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
         _check_prompt_length(request, await self._served())
-        if forces_call(request):  # nothing silently ignored: forcing needs the grammar (structured outputs)
-            raise bad_request("tool_choice \"required\" or a named function needs the grammar engine, which this build lacks; "
-                              "use \"auto\"", "tool_choice")
+        if request.response_format is not None or forces_call(request):  # compiled off the loop; refused: 400 naming the field
+            request._grammar = await asyncio.to_thread(request_grammar, request)
         return names[0]
 
     async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):

@@ -25,7 +25,7 @@ _PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", 
                 "options.penalties.logit_bias": "logit_bias", "options.penalties.presence_penalty": "presence_penalty",
                 "options.penalties.frequency_penalty": "frequency_penalty", "options.penalties.repetition_penalty": "repetition_penalty",
                 "options.chat.messages": "messages", "options.chat.tools_json": "tools", "options.text": "prompt",
-                "options.token_ids": "prompt"}
+                "options.token_ids": "prompt", "grammar": "response_format", "options.grammar": "response_format"}
 
 
 class Upstream:
@@ -89,7 +89,7 @@ def http_error(error: grpc.aio.AioRpcError) -> OpenAIError:
 
 def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_index: int) -> verify_pb2.GenerateRequest:
     """The GenerateRequest for one choice; choice i of a seeded request uses seed + i."""
-    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0)
+    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0, grammar=request.grammar or "")
     if isinstance(request, ChatCompletionRequest):
         options.chat.CopyFrom(chat_messages(request))
     elif isinstance(request.prompt, str):

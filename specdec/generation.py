@@ -14,6 +14,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from specdec.batching import SequenceRunner
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.drafters.prediction import with_prediction
@@ -151,6 +152,8 @@ class SpeculativeGenerator:
             tree=request.tree,
             penalties=request.penalties,
             prediction_ids=tuple(request.prediction_ids),
+            # The draft's own matcher: it drafts ahead in another thread while the target verifies.
+            constraint=GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), self.target, self.target.vocab_size),
         )
         try:
             return drafter.open(draft_request)

@@ -213,6 +213,13 @@ class GgufModel:
         return (f"{size / 2**20:.1f} MiB GGUF weights, {cells} shared KV cells ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
                 f"{self.options.threads} llama.cpp threads, up to {self.max_sequences} sessions")
 
+    @functools.lru_cache(maxsize=2)  # noqa: B019 -- one model per process, kept for its lifetime
+    def grammar_tokenizer(self, vocab_size: int):  # -> llguidance.LLTokenizer
+        """The vocabulary as the grammar engine sees it (structured outputs), from llama.cpp's own token pieces."""
+        from llguidance.llamacpp import lltokenizer_from_vocab  # imports llama_cpp, as this module does lazily
+
+        return lltokenizer_from_vocab(self.vocab, n_vocab=vocab_size)
+
     def close(self) -> None:
         with self._lock:
             if self.context is not None:

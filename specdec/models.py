@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from specdec.batching import SequenceRunner, default_runner
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
+from specdec.constraints.matcher import hf_grammar_tokenizer
 from specdec.drafters import reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
 from specdec.quantization import quantize_int8_weight_only
@@ -61,6 +62,10 @@ class LoadedModel:
 
     def describe_memory(self) -> str:
         return describe_memory(self)
+
+    def grammar_tokenizer(self, vocab_size: int):  # -> llguidance.LLTokenizer
+        """The tokenizer as the grammar engine sees it (structured outputs), built once per model."""
+        return hf_grammar_tokenizer(self.tokenizer, vocab_size, tuple(sorted(self.eos_token_ids)))
 
     @property
     def eos_token_ids(self) -> frozenset[int]:

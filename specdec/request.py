@@ -45,6 +45,15 @@ class GenerationRequest(BaseModel):
     # in blocks of up to prediction_draft_tokens; other drafters keep num_draft_tokens.
     prediction_ids: list[int] = Field(default_factory=list)
     prediction_draft_tokens: int = Field(16, ge=1, le=64)
+    # Structured outputs: an llguidance grammar (specdec.constraints.grammars) the output must match;
+    # part of the target distribution at every position. None: unconstrained.
+    grammar: str | None = None
+
+    @model_validator(mode="after")
+    def _grammar_ends_at_eos(self) -> GenerationRequest:
+        if self.grammar and self.ignore_eos:
+            raise ValueError("ignore_eos cannot be combined with a grammar: the grammar decides where the output ends")
+        return self
 
     @model_validator(mode="after")
     def _acceptance_fits(self) -> GenerationRequest:

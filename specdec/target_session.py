@@ -15,6 +15,8 @@ from specdec.acceptance import RoundVerdict
 from specdec.acceptance_rounds import ROUNDS, RoundNoise
 from specdec.adaptive_k import AdaptiveKSettings, DraftLengthController
 from specdec.batching import SequenceRunner
+from specdec.constraints.masking import mask_logits
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import InvalidRequestError, check_token_ids
@@ -45,6 +47,8 @@ class TargetSession:
         self.draft_length = draft_length_controller(request)
         # Penalties / logit_bias: part of the target distribution at every position; None when there are none.
         self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, target.vocab_size, target.device)
+        # Structured outputs: the grammar is part of the target distribution at every position; None: none.
+        self.constraint = GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), target, target.vocab_size)
 
     @property
     def finished(self) -> bool:
@@ -94,10 +98,20 @@ class TargetSession:
         """
         parents = block.tree_parents
         logits = self.lm.advance_tree(self.committed, block.candidate_ids.tolist(), parents)  # [n + 1, vocab]
-        target_probs = processed_probs(self._transformed(logits, block), self.request.sampling)  # [n + 1, vocab]
+        target_probs = self._target_probs(logits, block)  # [n + 1, vocab]
         verdict = self.rounds.verify_tree(block.candidate_ids.to(logits.device), parents, target_probs, self._noise())
         self.lm.keep_path(verdict.accepted_nodes)
         return verdict, logits[[0] + [node + 1 for node in verdict.accepted_nodes]]
+
+    def _target_probs(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The target distribution at every position of the block, from the raw logits.
+
+        NOTE: the one place the target distribution is defined for verification (DESIGN.md, constraints
+        and penalties): penalties / logit_bias, then the grammar's mask, then temperature, top-k/top-p.
+        Position i's transforms follow the committed tokens and the candidates on i's own path (a
+        chain's first i, a tree node's ancestors). Logprobs stay the model's own (the raw logits).
+        """
+        return processed_probs(self._constrained(self._transformed(logits, block), block), self.request.sampling)
 
     def _transformed(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
         """The penalised logits at each position of the block, each from the tokens on its own path."""
@@ -107,8 +121,15 @@ class TargetSession:
         parents = block.tree_parents if block.tree_parents is not None else chain_parents(len(node_ids))
         return self.transform(logits, self.committed, node_ids, path_rows(parents))
 
+    def _constrained(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
+        """The logits with the grammar's refused tokens at -inf, each position after the tokens on its own path."""
+        if self.constraint is None:
+            return logits
+        allowed = self.constraint.allowed_along(self.committed, block.candidate_ids.tolist(), block.tree_parents)  # [n + 1, vocab]
+        return mask_logits(logits, allowed.to(logits.device))
+
     def _accept(self, block: DraftBlock, logits: torch.Tensor) -> RoundVerdict:
-        target_probs = processed_probs(self._transformed(logits, block), self.request.sampling)  # [k + 1, vocab]
+        target_probs = self._target_probs(logits, block)  # [k + 1, vocab]
         draft_probs = block.draft_probs if block.draft_probs is not None else DraftBlock.empty().draft_probs
         return self.rounds.verify_chain(block.candidate_ids, draft_probs, target_probs, self._noise())
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from scipy import stats
 
 from specdec.generation import SpeculativeGenerator
@@ -16,7 +18,7 @@ JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
 
 
 def exact_joint(target: LoadedModel, prompt_ids: list[int], sampling: SamplingParams = JOINT_SAMPLING,
-                transform: LogitsTransform | None = None) -> dict[tuple[int, int], float]:
+                transform: LogitsTransform | Callable | None = None) -> dict[tuple[int, int], float]:
     """P(first two tokens) under the target's processed distribution (after `transform`, if any)."""
     lm = CachedSequence(target.model)
 
@@ -33,13 +35,17 @@ def exact_joint(target: LoadedModel, prompt_ids: list[int], sampling: SamplingPa
     return joint
 
 
-def joint_p_value(target, drafter, prompt_ids, trials: int = TRIALS) -> float:
-    """Chi-square p-value of the first two tokens over `trials` seeds (0.0 if a pair the target cannot produce appears)."""
-    expected = exact_joint(target, prompt_ids)
+def joint_p_value(target, drafter, prompt_ids, trials: int = TRIALS, transform=None, **fields) -> float:
+    """Chi-square p-value of the first two tokens over `trials` seeds (0.0 if a pair the target cannot produce appears).
+
+    `transform(logits [1, vocab], sequence)` defines the expected law as the request `fields` (a grammar) define the generated one.
+    """
+    expected = exact_joint(target, prompt_ids, JOINT_SAMPLING, transform)
     counts = dict.fromkeys(expected, 0)
     generator = SpeculativeGenerator(target, drafter)
     for seed in range(trials):
-        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3, ignore_eos=True)
+        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3,
+                                    **{"ignore_eos": not fields.get("grammar"), **fields})
         pair = tuple(generator.generate(request).token_ids[:2])
         if pair not in counts:
             return 0.0  # a pair the target can never produce

@@ -97,6 +97,7 @@ class RemoteDraftSession:
                 draft_top_k=request.draft_top_k, vocab_size=request.vocab_size, vocab_fingerprint=self.drafter.vocab_fingerprint,
                 tree_branching=request.tree.branching if request.tree else 0, tree_nodes=request.tree.max_nodes if request.tree else 0,
                 penalties=penalties_to_proto(request.penalties),
+                grammar=request.constraint.grammar if request.constraint is not None else "",
             )))
             if not pending:
                 return messages

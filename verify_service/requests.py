@@ -114,6 +114,7 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         "prediction_ids": target.tokenizer(prediction, add_special_tokens=False)["input_ids"] if prediction else [],
         **config.speculative.tree_request_fields(),
         "speculative": config.speculative.enabled,
+        "grammar": options.grammar or None,
         **({"seed": options.seed} if options.HasField("seed") else {}),
         **overrides,
     }

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import GrammarConstraint
 from specdec.enums import AcceptanceMode, TokenSource
 from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams, SparseDistribution
@@ -34,6 +35,9 @@ class DraftRequest:
     tree: TreeShape | None = None  # verification=tree: the tree a session may propose; None: chains only
     penalties: Penalties = Penalties()  # the target's transform, applied to q too so more candidates are accepted
     prediction_ids: tuple[int, ...] = ()  # OpenAI predicted outputs (drafters/prediction.py); empty: none
+    # Structured outputs: the target's grammar, the session's own matcher. Drafters keep their candidates
+    # inside it so more are accepted (correctness never depends on it). None: unconstrained.
+    constraint: GrammarConstraint | None = None
 
 
 @dataclass(frozen=True)

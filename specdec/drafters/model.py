@@ -14,6 +14,7 @@ from transformers import PreTrainedModel
 
 from specdec.acceptance_rounds import ROUNDS, DraftKeys
 from specdec.batching import BatchingOptions, SequenceRunner, default_runner
+from specdec.constraints.masking import mask_logits
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.drafters.tree_draft import TreeRanking, draft_tree
 from specdec.kv_cache import PrefixCache
@@ -82,6 +83,8 @@ class ModelDraftSession:
             logits = _fit_vocab(self.lm.advance(sequence)[-1:], self.request.vocab_size)  # [1, vocab]
             if self.transform is not None:
                 logits = self.transform(logits, sequence)
+            if self.request.constraint is not None:  # q over the grammar's tokens only: candidates stay valid
+                logits = mask_logits(logits, self.request.constraint.allowed(sequence).to(logits.device).unsqueeze(0))
             draft_probs = processed_probs(logits[0], self.request.sampling)
             token_id, sparse = self.rounds.choose(draft_probs, len(sequence), self.keys)
             candidates.append(token_id)

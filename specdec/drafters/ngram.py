@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.enums import TokenSource
 from specdec.sampling import SparseDistribution
@@ -34,9 +35,11 @@ class NgramDraftSession:
     def __init__(self, drafter: NgramDrafter, request: DraftRequest) -> None:
         self.drafter = drafter
         self.committed = CommittedSequence(list(request.prompt_ids))
+        self.constraint = request.constraint
 
     def propose(self, num_tokens: int) -> DraftBlock:
-        candidates = lookup_continuation(self.committed.token_ids, num_tokens, self.drafter.max_ngram, self.drafter.min_ngram)
+        sequence = self.committed.token_ids
+        candidates = grammar_prefix(self.constraint, sequence, lookup_continuation(sequence, num_tokens, self.drafter.max_ngram, self.drafter.min_ngram))
         block = point_mass_block(candidates)
         self.committed.record_block(block)
         return block

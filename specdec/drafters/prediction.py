@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import point_mass_block
 from specdec.enums import AcceptanceMode, TokenSource
@@ -58,6 +59,7 @@ class PredictionSession:
         self._own = CommittedSequence(list(request.prompt_ids)) if inner is None else None
         self.backoff = _Backoff(settings.max_backoff)
         self.last_predicted = 0  # candidates of the last block that came from the prediction
+        self.constraint = request.constraint
 
     @property
     def committed(self) -> CommittedSequence:
@@ -71,6 +73,7 @@ class PredictionSession:
         if num_tokens > 0 and self.backoff.ready():
             generated = self.committed.token_ids[self.prompt_length :]
             candidates = self.alignment.continuation(generated, num_tokens, settings.max_ngram, settings.min_ngram)
+            candidates = grammar_prefix(self.constraint, self.committed.token_ids, candidates)
         self.last_predicted = len(candidates)
         if not candidates:
             return self._inner_block(min(num_tokens, settings.inner_tokens))

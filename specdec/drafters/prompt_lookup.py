@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import lookup_continuation, point_mass_block
 from specdec.acceptance_modes import rule
@@ -58,6 +59,7 @@ class PromptLookupSession:
         self.settings = settings
         self.lookup = request.tree is None  # tree requests: the model drafts every block
         self.sends_q = rule(request.acceptance).needs_draft_probs
+        self.constraint = request.constraint
 
     @property
     def committed(self) -> CommittedSequence:
@@ -67,7 +69,9 @@ class PromptLookupSession:
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
         settings = self.settings
-        candidates = lookup_continuation(self.committed.token_ids, num_tokens, settings.max_ngram, settings.min_ngram) if self.lookup else []
+        sequence = self.committed.token_ids
+        candidates = lookup_continuation(sequence, num_tokens, settings.max_ngram, settings.min_ngram) if self.lookup else []
+        candidates = grammar_prefix(self.constraint, sequence, candidates)
         if not candidates:
             model_tokens = num_tokens if settings.model_tokens is None else min(num_tokens, settings.model_tokens)
             return self.inner.propose(model_tokens)

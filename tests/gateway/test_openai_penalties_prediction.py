@@ -130,7 +130,6 @@ def test_a_prediction_of_the_wrong_type_is_400_naming_it(client):
 
 
 @pytest.mark.parametrize("fields,param", [
-    ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"extra_body": {"reasoning_effort": "high"}}, "reasoning_effort"),
     ({"extra_body": {"frobnicate": True}}, "frobnicate"),
     ({"extra_body": {"stream_options": {"include_obfuscation": True}}}, "stream_options.include_obfuscation"),
