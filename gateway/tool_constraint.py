@@ -14,12 +14,9 @@ import json
 
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.tool_protocol import FunctionTool, NamedToolChoice, ToolChoice
+from specdec.constraints.grammars import JSON_LAYOUT, lark_grammar, response_format_grammar
+from specdec.errors import InvalidRequestError
 from specdec.serving.tool_format import CALL_SEPARATOR, TOOL_CALL_CLOSE, TOOL_CALL_OPEN
-
-
-# The JSON inside a call: the separators the prompt shows, no other whitespace (a small model given
-# free whitespace can emit newlines forever).
-JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 def forced_functions(tools: list[FunctionTool], choice: ToolChoice | None) -> list[FunctionTool]:
@@ -50,7 +47,7 @@ def call_grammar(tools: list[FunctionTool], choice: ToolChoice | None, parallel:
     schema = call_schema(tools, choice)
     if schema is None:
         return None
-    schema = {**schema, "x-guidance": JSON_LAYOUT}
+    schema = {**schema, "x-guidance": JSON_LAYOUT}  # the separators the prompt shows, no free whitespace
     # Lark string literals take JSON's escapes; the framing is specdec.serving.tool_format.call_text's
     repeat = f" ({json.dumps(CALL_SEPARATOR)} call)*" if parallel else ""
     return "\n".join([f"start: call{repeat}",
@@ -60,3 +57,14 @@ def call_grammar(tools: list[FunctionTool], choice: ToolChoice | None, parallel:
 
 def forces_call(request: ChatCompletionRequest | CompletionRequest) -> bool:
     return isinstance(request, ChatCompletionRequest) and bool(forced_functions(request.active_tools, request.tool_choice))
+
+
+def request_grammar(request: ChatCompletionRequest | CompletionRequest) -> str | None:
+    """The checked grammar the output must match: response_format's, or the forced calls'; both is a 400.
+    Compiling checks the schemas (CPU work): run it off the event loop."""
+    formatted = response_format_grammar(request.response_format.as_dict()) if request.response_format is not None else None
+    if not forces_call(request):
+        return formatted
+    if formatted:
+        raise InvalidRequestError("tool_choice", "a forced tool call cannot be combined with a response_format (the output is the call)")
+    return lark_grammar(call_grammar(request.active_tools, request.tool_choice, request.parallel_tool_calls), "tool_choice")

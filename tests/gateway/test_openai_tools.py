@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
+import jsonschema
 import openai
 import pytest
 from openai import BadRequestError, OpenAI
 from pydantic import BaseModel
 from service_support import assert_openai_error
+from tool_support import streamed_choice
 
 from gateway.protocol import ChatCompletionRequest
 
@@ -80,8 +84,6 @@ def test_the_sdks_pydantic_function_tool_is_a_valid_tool():
 @pytest.mark.parametrize(("change", "param"), [
     ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
     ({"tools": [], "tool_choice": "required"}, "tool_choice"),
-    ({"tool_choice": "required"}, "tool_choice"),  # until the grammar engine is in (docs/api.md, Tool calls)
-    ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
     ({"tools": None, "tool_choice": "auto"}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}]},
      "tools.0.function.parameters"),
@@ -104,3 +106,45 @@ def test_the_sdk_sees_an_unknown_function_in_tool_choice_as_a_bad_request(client
         client.chat.completions.create(**GREEDY, messages=ASK, tools=[WEATHER],
                                        tool_choice={"type": "function", "function": {"name": "nope"}})
     assert raised.value.body["param"] == "tool_choice" and "nope" in raised.value.body["message"]
+
+
+# Small enough for the tiny pair's 512-token context with the tools prompt; enums keep a random model's
+# arguments short.
+DAYS = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"d": {"enum": [1, 2]}},
+                                                                     "required": ["d"], "additionalProperties": False}}}
+PING = {"type": "function", "function": {"name": "p", "parameters": {"type": "object", "additionalProperties": False}}}
+FORCED = {**GREEDY, "max_tokens": 72, "messages": [{"role": "user", "content": "Go"}], "tools": [DAYS, PING],
+          "parallel_tool_calls": False}
+
+
+def arguments_valid(call, tools) -> bool:
+    schema = next(tool["function"]["parameters"] for tool in tools if tool["function"]["name"] == call.function.name)
+    return jsonschema.Draft202012Validator(schema).is_valid(json.loads(call.function.arguments))
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "f"}},
+                                         {"type": "function", "function": {"name": "p"}}])
+def test_a_forced_call_is_one_call_whose_arguments_validate_streamed_or_not(client, tool_choice):
+    reply = client.chat.completions.create(**FORCED, tool_choice=tool_choice)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert arguments_valid(call, FORCED["tools"])
+    if isinstance(tool_choice, dict):
+        assert call.function.name == tool_choice["function"]["name"]
+    streamed = streamed_choice(client, **FORCED, tool_choice=tool_choice)
+    assert streamed.finish_reason == "tool_calls" and not streamed.message.content
+    assert [(c.function.name, c.function.arguments) for c in streamed.message.tool_calls] == [(call.function.name, call.function.arguments)]
+
+
+def test_forced_calls_with_sampling_all_validate(client):
+    for seed in range(4):
+        reply = client.chat.completions.create(**{**FORCED, "temperature": 1.0, "seed": seed}, tool_choice="required",
+                                               extra_body={"speculative": {"acceptance": "rejection"}})
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and all(arguments_valid(call, FORCED["tools"]) for call in choice.message.tool_calls)
+
+
+def test_a_forced_call_cannot_be_combined_with_a_response_format(gateway_url):
+    body = {**FORCED, "tool_choice": "required", "response_format": {"type": "json_object"}}
+    assert_openai_error(httpx.post(f"{gateway_url}/v1/chat/completions", json=body, timeout=30), 400, param="tool_choice")

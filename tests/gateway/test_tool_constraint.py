@@ -14,7 +14,8 @@ from transformers import AutoTokenizer
 
 from gateway.protocol import ChatCompletionRequest
 from gateway.tool_calls import parse_output
-from gateway.tool_constraint import call_grammar, call_schema
+from gateway.tool_constraint import call_grammar, call_schema, request_grammar
+from specdec.errors import InvalidRequestError
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
            "required": ["city"], "additionalProperties": False}
@@ -92,3 +93,15 @@ def test_the_grammar_accepts_valid_calls_in_the_prompts_layout_and_nothing_else(
     forced = request("required")
     parallel = call_grammar(forced.tools, forced.tool_choice, parallel=True)
     assert matches(parallel, framed(paris, {"name": "ping", "arguments": {}}))
+
+
+def test_the_request_grammar_is_the_forced_calls_or_none_and_never_both_with_a_response_format():
+    assert request_grammar(request("auto")) is None and request_grammar(request("none")) is None
+    grammar = request_grammar(request({"type": "function", "function": {"name": "ping"}}))
+    assert matches(grammar, framed({"name": "ping", "arguments": {}}))
+    assert not matches(grammar, framed({"name": "get_weather", "arguments": {"city": "Rome"}}))
+    both = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS, tool_choice="required",
+                                 response_format={"type": "json_object"})
+    with pytest.raises(InvalidRequestError) as raised:
+        request_grammar(both)
+    assert raised.value.field == "tool_choice"
