@@ -109,7 +109,7 @@ def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread(monke
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=3, draft_flags=("--gguf-threads=1",))
+    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=4, draft_flags=("--gguf-threads=1",))
     # Without llama-cpp-python the distilled draft's tuning: lookup 2 tokens, or 1 from the draft model.
     assert default_pair_tuning(None) == PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -158,7 +158,7 @@ def test_up_with_a_config_that_only_tunes_speculation_serves_the_default_pair_wi
         assert reply["choices"][0]["message"]["content"].strip()
         stats = reply["speculative"]
         assert stats["rounds"] > 0 and stats["draft_tokens"] > 0 and not stats["fallback"]
-        assert stats["draft_tokens"] <= 2 * stats["rounds"]  # K = 2 from the file, not the CPU tuning's 3
+        assert stats["draft_tokens"] <= 2 * stats["rounds"]  # K = 2 from the file, not the CPU tuning's 4
         with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
             status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
         assert status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
