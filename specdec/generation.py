@@ -98,10 +98,10 @@ class SpeculativeGenerator:
         started = time.perf_counter()
         request = target.request
         policy = self._policy_for(request)
-        policy_drafting = policy is None or policy.drafting_allowed()
-        # NOTE: round 0 never drafts: the first token comes from the target's prefill and streams at
-        # once; a draft service prefills (and drafts ahead, DraftRequest.draft_ahead_tokens) meanwhile.
-        budget = target.draft_budget() if policy_drafting and index else 0
+        # NOTE: round 0 never drafts (nor asks the policy): the first token comes from the target's prefill
+        # and streams at once; a draft service prefills (and drafts ahead, DraftRequest.draft_ahead_tokens) meanwhile.
+        policy_drafting = index > 0 and (policy is None or policy.drafting_allowed())
+        budget = target.draft_budget() if policy_drafting else 0
         block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000

@@ -354,7 +354,7 @@ def test_gateway_autoscales_on_its_queue():
     assert hpa["spec"]["minReplicas"] >= 2, "never below the PDB's needs"
     (metric,) = hpa["spec"]["metrics"]
     assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "specdec_requests_waiting"
-    metrics_source = (ROOT / "specdec" / "metrics.py").read_text(encoding="utf-8")
+    metrics_source = (ROOT / "specdec" / "serving" / "metrics.py").read_text(encoding="utf-8")
     assert '"specdec_requests_waiting"' in metrics_source, "the HPA's metric is one the gateway exports"
 
 

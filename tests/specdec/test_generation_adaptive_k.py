@@ -20,7 +20,7 @@ from specdec.cli.tiny_pair import make_tiny_pair
 
 GREEDY = SamplingParams(temperature=0)
 MAX_K = 8
-WARMUP = 1 + 2 * 2  # the prefill round, then AdaptiveKSettings.warmup_rounds at each end of the range
+WARMUP = 1 + 2 * 2  # the first drafting round, then AdaptiveKSettings.warmup_rounds at each end of the range
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +100,13 @@ def _request(prompt_ids, **fields) -> GenerationRequest:
 
 
 def _chosen_ks(target, drafter, request) -> tuple[list[int], list[int], GenerationStats]:
+    """K per round after round 0 (which never drafts: its token is the target's prefill's)."""
     stats, ks, token_ids = GenerationStats(), [], []
-    for chunk in SpeculativeGenerator(target, drafter).stream(request, stats):
+    for index, chunk in enumerate(SpeculativeGenerator(target, drafter).stream(request, stats)):
         ks.append(chunk.round.chosen_k)
         token_ids.extend(chunk.token_ids)
-        assert chunk.round.num_candidates <= chunk.round.chosen_k <= MAX_K
-    return ks, token_ids, stats
+        assert chunk.round.num_candidates <= chunk.round.chosen_k <= (MAX_K if index else 0)
+    return ks[1:], token_ids, stats
 
 
 def _median(values: list[int]) -> int:
@@ -157,7 +158,8 @@ def test_the_budget_still_stops_at_max_tokens(tiny_target, prompt_ids, greedy_re
     for max_tokens in (1, 2, 5, 9):
         ks, token_ids, _ = _chosen_ks(tiny_target, SequenceDrafter(greedy_reference), _request(prompt_ids, max_tokens=max_tokens))
         assert token_ids == greedy_reference[:max_tokens]
-        assert ks[0] == min(MAX_K, max_tokens - 1)
+        # Round 0 emitted one token; round 1 drafts at most what leaves room for the target's own.
+        assert ks[:1] == ([min(MAX_K, max_tokens - 2)] if max_tokens > 1 else [])
 
 
 # --- Lossless ------------------------------------------------------------------------------------
@@ -186,9 +188,9 @@ def test_coupled_with_adaptive_k_equals_target_only_with_the_same_seed(tiny_targ
 
 def test_fixed_k_is_unchanged_when_adaptive_k_is_off(tiny_target, tiny_draft, prompt_ids):
     emitted = 0
-    for chunk in SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model)).stream(_request(prompt_ids, max_tokens=40, adaptive_k=False,
-                                                                                                      num_draft_tokens=3)):
-        assert chunk.round.chosen_k == min(3, 40 - emitted - 1)
+    for index, chunk in enumerate(SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model)).stream(
+            _request(prompt_ids, max_tokens=40, adaptive_k=False, num_draft_tokens=3))):
+        assert chunk.round.chosen_k == (min(3, 40 - emitted - 1) if index else 0)  # round 0 never drafts
         emitted += len(chunk.token_ids)
 
 

@@ -34,7 +34,8 @@ def test_penalties_change_greedy_output_and_speculation_reproduces_it(tiny_targe
     for name, drafter in drafters.items():
         result = run(tiny_target, drafter, prompt_ids, sampling=GREEDY, penalties=penalties, num_draft_tokens=4)
         assert result.token_ids == reference.token_ids, name
-        assert result.stats.draft_tokens > 0
+        # A penalty on repeats may leave n-gram lookup nothing in the output to repeat.
+        assert result.stats.draft_tokens > 0 or name == "ngram", name
 
 
 def test_logit_bias_minus_100_bans_a_token_and_plus_100_forces_it(tiny_target, drafters, prompt_ids):

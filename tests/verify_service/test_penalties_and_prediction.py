@@ -75,8 +75,9 @@ def test_an_exact_prediction_is_accepted_and_reported(verify_client, reference, 
     result = verify_client.generate(PROMPT, prediction=reference.text, **words)
     assert result.token_ids == reference.token_ids
     usage, summary = result.usage, result.summary
-    # Every token but the one the target adds after each block was predicted and kept.
-    assert usage.accepted_prediction_tokens == 60 - summary.rounds and usage.rejected_prediction_tokens == 0
+    # Every token was predicted and kept but the first (round 0 never drafts) and the one the target adds
+    # after each block.
+    assert usage.accepted_prediction_tokens == 60 - 1 - summary.rounds and usage.rejected_prediction_tokens == 0
     assert summary.rounds <= 4  # blocks of up to 16 predicted tokens, not K=5 drafted ones
 
 

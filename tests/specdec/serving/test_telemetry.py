@@ -95,9 +95,16 @@ def test_one_request_is_one_trace_across_gateway_verify_and_draft(receiver, trac
     url, _ = traced_stack
     body = {"model": "target", "messages": [{"role": "user", "content": "Tell me about the river."}], "max_tokens": 24, "temperature": 0}
     reply = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).json()
-    spans = _wait_for_trace(spans_received, lambda s: s["name"] == "generate")
+    services = {"specdec-gateway", "specdec-verify", "specdec-draft"}
+
+    def complete(spans: list[dict]) -> bool:
+        # Each service exports in its own batches: wait for the draft's spans too, every round's.
+        proposes = sum(span["name"] == "draft.propose" for span in spans)
+        return {span["service"] for span in spans} == services and proposes >= reply["speculative"]["rounds"]
+
+    spans = _wait_for_trace(spans_received, lambda s: s["name"] == "generate", complete)
     by_id = {span["id"]: span for span in spans}
-    assert {span["service"] for span in spans} == {"specdec-gateway", "specdec-verify", "specdec-draft"}
+    assert {span["service"] for span in spans} == services
     roots = [span for span in spans if not span["parent"]]
     assert len(roots) == 1 and roots[0]["service"] == "specdec-gateway"
     assert all(not span["parent"] or span["parent"] in by_id for span in spans), "a span's parent is missing from the trace"
@@ -115,7 +122,7 @@ def test_one_request_is_one_trace_across_gateway_verify_and_draft(receiver, trac
         assert server_span["service"] == "specdec-draft" and by_id[server_span["parent"]]["service"] == "specdec-verify"
 
 
-def _wait_for_trace(receiver: _Receiver, marker, timeout: float = 20.0) -> list[dict]:
+def _wait_for_trace(receiver: _Receiver, marker, complete=lambda spans: True, timeout: float = 20.0) -> list[dict]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with receiver.lock:
@@ -125,7 +132,8 @@ def _wait_for_trace(receiver: _Receiver, marker, timeout: float = 20.0) -> list[
                 spans = [span for span in receiver.spans if span["trace"] == trace_id]
                 ids = {span["id"] for span in spans}
                 # Complete once every parent has arrived too (parents end, and export, after children).
-                if any(not span["parent"] for span in spans) and all(not span["parent"] or span["parent"] in ids for span in spans):
+                if (any(not span["parent"] for span in spans) and all(not span["parent"] or span["parent"] in ids for span in spans)
+                        and complete(spans)):
                     return spans
         time.sleep(0.2)
     raise AssertionError(f"no complete trace received; got {[(s['service'], s['name'], s['parent']) for s in receiver.spans]}")
