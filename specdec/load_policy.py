@@ -20,6 +20,11 @@ Two windows side by side mostly see the same requests, so their ratio is draftin
 NOTE: a mode's rate is tokens per second of its sessions' own round time, not of wall time: time
 in which no speculative round ran (idle gaps, requests without speculation, prefill queues) would
 otherwise count against whichever mode happened to be on.
+
+NOTE: a service's first measured window is a cold start (first kernels, lazily built state, a
+draft's weights not yet in cache) and measures nothing. The mode in use changes only when the other
+wins by `_SWITCH_MARGIN`: single windows at low load differ by more than a draft's gain, and a
+wrong switch to plain steps costs whole requests their speedup until the next exploration.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ _RATE_SMOOTHING = 0.5
 # An exploration that confirms the choice doubles the windows until the next, up to this many times
 # `explore_every`: each exploration costs a window in the slower mode.
 _MAX_EXPLORE_BACKOFF = 4
+_SWITCH_MARGIN = 0.1  # log ratio (about 10%) the other mode must win by before the policy switches to it
 
 
 @dataclass
@@ -43,6 +49,12 @@ class _Window:
     started: float
     tokens: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # per mode of the rounds that ended here
     round_s: dict[bool, float] = field(default_factory=lambda: {True: 0.0, False: 0.0})
+
+    def rate(self, drafting: bool) -> float | None:
+        """Tokens per second of round time in a mode, None where no round ran in it."""
+        if not self.tokens[drafting] or self.round_s[drafting] <= 0:
+            return None
+        return self.tokens[drafting] / self.round_s[drafting]
 
 
 @dataclass
@@ -83,6 +95,7 @@ class LoadAwareSpeculation:
         self._lock = threading.Lock()
         self._window = _Window(True, load_bucket(max(1, load())), clock())
         self._last: _Measured | None = None  # the window before, if it measured anything
+        self._warm = False  # whether a window has measured something (the first one, cold, does not count)
 
     def drafting_allowed(self) -> bool:
         """Whether sessions draft this round (called by each session before each round)."""
@@ -109,19 +122,26 @@ class LoadAwareSpeculation:
     def _close_window(self, now: float) -> None:
         window = self._window
         stats = self.buckets.setdefault(window.load_bucket, _BucketStats())
-        for drafting in (True, False):  # a round that began before the switch counts for the mode it ran in
-            if window.tokens[drafting] and window.round_s[drafting] > 0:
-                rate = window.tokens[drafting] / window.round_s[drafting]
-                previous = stats.rate.get(drafting)
-                stats.rate[drafting] = rate if previous is None else previous + _RATE_SMOOTHING * (rate - previous)
-        self._compare_with_last(window, stats)
+        if not self._warm:
+            self._warm = window.rate(True) is not None or window.rate(False) is not None
+        else:
+            self._fold_rates(window, stats)
+            self._compare_with_last(window, stats)
         bucket = load_bucket(max(1, self.load()))
         self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats())), bucket, now)
 
+    @staticmethod
+    def _fold_rates(window: _Window, stats: _BucketStats) -> None:
+        for drafting in (True, False):  # a round that began before the switch counts for the mode it ran in
+            rate = window.rate(drafting)
+            if rate is not None:
+                previous = stats.rate.get(drafting)
+                stats.rate[drafting] = rate if previous is None else previous + _RATE_SMOOTHING * (rate - previous)
+
     def _compare_with_last(self, window: _Window, stats: _BucketStats) -> None:
         """Fold this window and the one before into the bucket's log gain when they ran different modes."""
-        tokens, round_s = window.tokens[window.drafting], window.round_s[window.drafting]
-        measured = _Measured(window.load_bucket, window.drafting, tokens / round_s) if tokens and round_s > 0 else None
+        rate = window.rate(window.drafting)
+        measured = _Measured(window.load_bucket, window.drafting, rate) if rate else None
         last, self._last = self._last, measured  # NOTE: a window that measured nothing (idle) breaks the pairing
         if measured is None or last is None or last.load_bucket != measured.load_bucket or last.drafting == measured.drafting:
             return
@@ -134,7 +154,8 @@ class LoadAwareSpeculation:
             # No comparison at this load yet: draft first (also after an idle start), then alternate
             # until two adjacent windows have measured both modes.
             return self._last is None or not self._last.drafting
-        best = stats.log_gain >= 0
+        # Hysteresis: plain steps only where drafting loses by the margin, drafting again only where it wins by it.
+        best = stats.log_gain > _SWITCH_MARGIN if stats.best is False else stats.log_gain >= -_SWITCH_MARGIN
         interval = stats.explore_interval or self.explore_every
         if stats.best is not None and best != stats.best:
             interval = self.explore_every  # the better mode changed: look again soon
