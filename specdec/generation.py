@@ -128,9 +128,10 @@ class SpeculativeGenerator:
         return chunk
 
     def _policy_for(self, request: GenerationRequest) -> LoadAwareSpeculation | None:
-        # NOTE: requests without speculation, or that draft always, neither ask the load policy nor
-        # count in its measurements.
-        return self.load_policy if request.speculative and request.speculation_policy is SpeculationPolicy.AUTO else None
+        # NOTE: requests without speculation, that draft always, or that bring their own draft (a prediction:
+        # asked for, and free to draft), neither ask the load policy nor count in its measurements.
+        auto = request.speculative and request.speculation_policy is SpeculationPolicy.AUTO and not request.prediction_ids
+        return self.load_policy if auto else None
 
     def _open_draft_under(self, parent, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
         # Attached only for this call, so a remote draft's stream becomes a child of `generate`.

@@ -257,3 +257,15 @@ def test_negative_control_accepting_the_prediction_blindly_fails_the_joint_test(
                                                         ignore_eos=True, prediction_ids=[*likely, 7])).token_ids[:2]) for seed in range(200)]
     observed = [pairs.count(pair) for pair in expected]
     assert stats.chisquare(observed, [expected[pair] * len(pairs) for pair in expected]).pvalue < 1e-3
+
+
+def test_a_prediction_drafts_where_the_load_policy_runs_plain_steps(tiny_target, tiny_draft, prompt_ids, reference,
+                                                                      load_policy_decided_off):
+    generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model), load_policy=load_policy_decided_off())
+    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=len(reference.token_ids), sampling=GREEDY, ignore_eos=True)
+    with_prediction = generator.generate(request.model_copy(update={"prediction_ids": reference.token_ids}))
+    assert with_prediction.token_ids == reference.token_ids
+    assert with_prediction.stats.accepted_prediction_tokens > 20
+    # Negative control: the same policy keeps a request without a prediction from drafting.
+    without = generator.generate(request)
+    assert without.token_ids == reference.token_ids and without.stats.draft_tokens == 0
