@@ -11,7 +11,7 @@ from specdec.batching.service import service_batching
 from specdec.serving.config import SpecdecConfig
 from specdec.engine import load_draft_side
 from specdec.memory_plan import ensure_fits
-from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.metrics import DraftMetrics
 from specdec.serving.rpc.server import create_server as create_grpc_server
 from specdec.serving.rpc.server import run_until_signalled, set_serving
 from specdec.v1 import draft_pb2, draft_pb2_grpc
@@ -27,7 +27,7 @@ class DraftServer:
         settings = config.draft_service
         self.config = config
         self.service_names = SERVICE_NAMES
-        metrics = ServiceMetrics("draft")
+        metrics = DraftMetrics()
         self.servicer = DraftServicer(settings.max_sessions, metrics, overlap=settings.overlap,
                                       batching=service_batching(config, "draft", metrics.registry), open_timeout_s=settings.stream_idle_timeout_s)
         self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)

@@ -20,7 +20,7 @@ from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
 from specdec.serving.device_metrics import track_cuda
-from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.metrics import DraftMetrics
 from specdec.models import LoadedModel
 from specdec.serving.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
 from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
@@ -47,12 +47,12 @@ class LoadedDrafter:
 
 
 class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
-    def __init__(self, max_sessions: int, metrics: ServiceMetrics | None = None, overlap: bool = True,
+    def __init__(self, max_sessions: int, metrics: DraftMetrics | None = None, overlap: bool = True,
                  batching: BatchingOptions | None = None, open_timeout_s: float = 30.0) -> None:
         self.loaded: LoadedDrafter | None = None  # set once the model is loaded
         self.batching = batching  # how sessions share passes; None: one at a time
         self.overlap = overlap  # draft each next block while the verifier checks this one (drafters/overlap.py)
-        self.metrics = metrics or ServiceMetrics("draft")
+        self.metrics = metrics or DraftMetrics()
         self.sessions = SessionLimit(max_sessions, self.metrics)
         # Streams count as sessions once open. Verify is the one usual peer: it may open up to max_sessions at once.
         self.streams = StreamGate(open_timeout_s, max_sessions, "draft_service")

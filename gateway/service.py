@@ -21,7 +21,7 @@ from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.tool_constraint import forces_call, request_grammar
 from gateway.upstream import Upstream
 from specdec.serving.config import SpecdecConfig
-from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.metrics import GatewayMetrics
 from specdec.v1 import common_pb2
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Gateway:
         self.keys = ApiKeys.from_environment(settings.api_keys_file)
         self.key_ids = AuditKeyIds.from_environment(settings.audit_secret_file)
         self.allow_list = ClientAllowList(settings.allowed_cidrs)
-        self.metrics = ServiceMetrics("gateway")
+        self.metrics = GatewayMetrics()
         self.metrics.running.set_function(lambda: self.admission.running)
         self.metrics.waiting.set_function(lambda: self.admission.waiting)
         self.log_content = config.observability.log_content

@@ -19,7 +19,7 @@ from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
 from specdec.serving.device_metrics import track_cuda
-from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.metrics import VerifyMetrics
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
@@ -41,14 +41,14 @@ LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time: sh
 
 
 class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
-    def __init__(self, config: SpecdecConfig, metrics: ServiceMetrics | None = None) -> None:
+    def __init__(self, config: SpecdecConfig, metrics: VerifyMetrics | None = None) -> None:
         self.config = config
         self.target: LoadedModel | None = None  # set once the model is loaded
         self.runner: SequenceRunner | None = None  # the target's sessions, batched: set with the target
         self.load_policy: LoadAwareSpeculation | None = None
         self.drafter: RemoteDrafter | None = None
         self.fingerprint = ""
-        self.metrics = metrics or ServiceMetrics("verify")
+        self.metrics = metrics or VerifyMetrics()
         settings = config.verify_service
         self.sessions = SessionLimit(settings.max_sessions, self.metrics)
         self.executor = ThreadPoolExecutor(max_workers=min(32, settings.max_sessions), thread_name_prefix="verify")
@@ -202,7 +202,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
 class _EmitTiming:
     """Time to first token and inter-token latency, as the caller of Generate sees them."""
 
-    def __init__(self, metrics: ServiceMetrics) -> None:
+    def __init__(self, metrics: VerifyMetrics) -> None:
         self.metrics = metrics
         self.started = self.last = time.perf_counter()
         self.first = True

@@ -1,7 +1,8 @@
 """Prometheus metrics shared by the services, named after vLLM's spec-decode counters.
 
-Each service process owns one `ServiceMetrics` (its own registry): draft and verify serve it on
-their metrics port, the gateway on /metrics. No torch here: the gateway imports this module;
+Each service process owns one of GatewayMetrics, VerifyMetrics, DraftMetrics (its own registry,
+what that service reports on top of the shared ServiceMetrics): draft and verify serve it on their
+metrics port, the gateway on /metrics. No torch here: the gateway imports this module;
 the model services add CUDA memory with device_metrics.track_cuda. Derived in PromQL:
   acceptance rate      = rate(specdec_spec_decode_num_accepted_tokens_total[5m])
                          / rate(specdec_spec_decode_num_draft_tokens_total[5m])
@@ -23,45 +24,67 @@ _DRAFT_LENGTH_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
 
 
 class ServiceMetrics:
+    """What every service reports: finished requests by outcome, their latency, sessions, memory."""
+
     def __init__(self, service: str) -> None:
         self.service = service
         self.registry = registry = CollectorRegistry()
-        self.num_drafts = Counter("specdec_spec_decode_num_drafts", "Verification rounds that had draft candidates", registry=registry)
-        self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "Draft tokens proposed", registry=registry)
-        self.num_accepted_tokens = Counter("specdec_spec_decode_num_accepted_tokens", "Draft tokens accepted", registry=registry)
-        self.accepted_per_position = Counter("specdec_spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by position in the block",
-                                             ["position"], registry=registry)
-        self.fallbacks = Counter("specdec_spec_decode_fallbacks", "Requests that fell back to target-only decoding", registry=registry)
-        # Verify: did a finished speculative request draft at all (policy auto may run it without drafting)?
-        self.speculative_requests = Counter("specdec_speculative_requests",
-                                            "Finished speculative requests by speculation policy and whether any round drafted",
-                                            ["policy", "drafted"], registry=registry)
-        self.generated_tokens = Counter("specdec_generated_tokens", "Tokens emitted to callers", registry=registry)
-        self.target_forwards = Counter("specdec_target_forwards", "Target forward passes (rounds and target-only steps)", registry=registry)
         self.requests = Counter("specdec_requests", "Finished requests by outcome code", ["code"], registry=registry)
-        self.time_to_first_token = Histogram("specdec_time_to_first_token_seconds", "Time to the first token", registry=registry,
-                                             buckets=_LATENCY_BUCKETS)
-        self.inter_token_latency = Histogram("specdec_inter_token_latency_seconds", "Time between emitted tokens", registry=registry,
-                                             buckets=_ROUND_BUCKETS)
         self.e2e_latency = Histogram("specdec_e2e_request_latency_seconds", "Request latency, end to end", registry=registry,
                                      buckets=_LATENCY_BUCKETS)
-        self.queue_time = Histogram("specdec_request_queue_time_seconds", "Time waiting for an admission slot", registry=registry,
-                                    buckets=_LATENCY_BUCKETS)
         self.running = Gauge("specdec_requests_running", "Requests (sessions) being served", registry=registry)
-        self.waiting = Gauge("specdec_requests_waiting", "Requests waiting for a slot", registry=registry)
-        self.round_duration = Histogram("specdec_round_duration_seconds", "Verification round time by phase", ["phase"], registry=registry,
-                                        buckets=_ROUND_BUCKETS)
         self.model_memory = Gauge("specdec_model_memory_bytes", "Memory held by the model process", ["device", "kind"], registry=registry)
         self.device_memory_total = Gauge("specdec_device_memory_total_bytes", "Total memory of the device", ["device"], registry=registry)
         self.model_memory.labels("cpu", "rss").set_function(_rss_bytes)
         self.device_memory_total.labels("cpu").set_function(_host_memory_bytes)
+        self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "Draft tokens proposed", registry=registry)
 
-        # Draft service, overlapped drafting: blocks drafted while the target verified the previous one.
-        self.predrafted_blocks = Counter("specdec_draft_predrafted_blocks", "Blocks drafted ahead, by outcome: used (the guess held) or discarded",
-                                         ["outcome"], registry=registry)
-        self.predraft_saved = Counter("specdec_draft_predraft_saved_seconds", "Draft compute taken off the critical path by drafting ahead",
-                                      registry=registry)
-        # Verify service: the K each round asked the drafter for (fixed, or chosen by adaptive K).
+    def serve(self, port: int) -> None:
+        """Serve /metrics on `port` (0 = do not serve)."""
+        if port:
+            start_http_server(port, registry=self.registry)
+
+
+class _RequestSpeculation(ServiceMetrics):
+    """What a caller of the target sees of each request: tokens, first-token time, speculation totals."""
+
+    def __init__(self, service: str) -> None:
+        super().__init__(service)
+        registry = self.registry
+        self.generated_tokens = Counter("specdec_generated_tokens", "Tokens emitted to callers", registry=registry)
+        self.time_to_first_token = Histogram("specdec_time_to_first_token_seconds", "Time to the first token", registry=registry,
+                                             buckets=_LATENCY_BUCKETS)
+        self.num_drafts = Counter("specdec_spec_decode_num_drafts", "Verification rounds that had draft candidates", registry=registry)
+        self.num_accepted_tokens = Counter("specdec_spec_decode_num_accepted_tokens", "Draft tokens accepted", registry=registry)
+        self.fallbacks = Counter("specdec_spec_decode_fallbacks", "Requests that fell back to target-only decoding", registry=registry)
+
+
+class GatewayMetrics(_RequestSpeculation):
+    """The gateway's /metrics: HTTP outcomes, its admission queue (the autoscaler's signal), totals per request."""
+
+    def __init__(self) -> None:
+        super().__init__("gateway")
+        self.waiting = Gauge("specdec_requests_waiting", "Requests waiting for a slot", registry=self.registry)
+        self.queue_time = Histogram("specdec_request_queue_time_seconds", "Time waiting for an admission slot", registry=self.registry,
+                                    buckets=_LATENCY_BUCKETS)
+
+
+class VerifyMetrics(_RequestSpeculation):
+    """The verify service's: every round (vLLM's spec-decode counters), K, the load-aware policy."""
+
+    def __init__(self) -> None:
+        super().__init__("verify")
+        registry = self.registry
+        self.accepted_per_position = Counter("specdec_spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by position in the block",
+                                             ["position"], registry=registry)
+        # Did a finished speculative request draft at all (policy auto may run it without drafting)?
+        self.speculative_requests = Counter("specdec_speculative_requests",
+                                            "Finished speculative requests by speculation policy and whether any round drafted",
+                                            ["policy", "drafted"], registry=registry)
+        self.target_forwards = Counter("specdec_target_forwards", "Target forward passes (rounds and target-only steps)", registry=registry)
+        self.inter_token_latency = Histogram("specdec_inter_token_latency_seconds", "Time between emitted tokens", registry=registry,
+                                             buckets=_ROUND_BUCKETS)
+        self.round_duration = _round_duration(registry)
         self.chosen_k = Histogram("specdec_spec_decode_chosen_k", "Draft tokens asked for per round (K; adaptive K chooses it)",
                                   registry=registry, buckets=_DRAFT_LENGTH_BUCKETS)
         self.load_policy_drafting = Gauge("specdec_load_policy_drafting",
@@ -77,10 +100,23 @@ class ServiceMetrics:
             for position in range(num_accepted):
                 self.accepted_per_position.labels(str(position)).inc()
 
-    def serve(self, port: int) -> None:
-        """Serve /metrics on `port` (0 = do not serve)."""
-        if port:
-            start_http_server(port, registry=self.registry)
+
+class DraftMetrics(ServiceMetrics):
+    """The draft service's: its blocks, their compute time, and overlap's drafting ahead."""
+
+    def __init__(self) -> None:
+        super().__init__("draft")
+        registry = self.registry
+        self.round_duration = _round_duration(registry)
+        self.predrafted_blocks = Counter("specdec_draft_predrafted_blocks", "Blocks drafted ahead, by outcome: used (the guess held) or discarded",
+                                         ["outcome"], registry=registry)
+        self.predraft_saved = Counter("specdec_draft_predraft_saved_seconds", "Draft compute taken off the critical path by drafting ahead",
+                                      registry=registry)
+
+
+def _round_duration(registry: CollectorRegistry) -> Histogram:
+    return Histogram("specdec_round_duration_seconds", "Verification round time by phase (draft, target, transport)", ["phase"],
+                     registry=registry, buckets=_ROUND_BUCKETS)
 
 
 def _rss_bytes() -> float:

@@ -27,7 +27,7 @@ ALERTS = {
     "SpecdecServiceDown",
 }
 
-# What ServiceMetrics exports, as exposed (counters with _total). Checked against the code below.
+# What the services' metrics export, as exposed (counters with _total). Checked against the code below.
 COUNTERS = {
     "specdec_spec_decode_num_drafts_total",
     "specdec_spec_decode_num_draft_tokens_total",
@@ -146,15 +146,52 @@ def test_dashboard_exprs_are_valid_promql(tmp_path):
 # ------------------------------------------------------------------------------- metric names
 
 
-def test_allowed_metric_names_match_service_metrics():
-    """The list above is what ServiceMetrics really registers (so a rename there fails here)."""
-    from specdec.serving.metrics import ServiceMetrics
-
+def _families(metrics) -> dict[str, set[str]]:
     families = {"counter": set(), "histogram": set(), "gauge": set()}
-    for family in ServiceMetrics("test").registry.collect():
+    for family in metrics.registry.collect():
         name = family.name + "_total" if family.type == "counter" else family.name
         families.setdefault(family.type, set()).add(name)
+    return families
+
+
+def _exported_by_job() -> dict[str, set[str]]:
+    """Per scrape job, the names a query can use (histograms through their series)."""
+    from specdec.serving.metrics import DraftMetrics, GatewayMetrics, VerifyMetrics
+
+    exported = {}
+    for job, metrics in (("specdec-gateway", GatewayMetrics()), ("specdec-verify", VerifyMetrics()), ("specdec-draft", DraftMetrics())):
+        families = _families(metrics)
+        exported[job] = families["counter"] | families["gauge"] | {
+            name + suffix for name in families["histogram"] for suffix in HISTOGRAM_SUFFIXES}
+    return exported
+
+
+def test_allowed_metric_names_match_service_metrics():
+    """The list above is what the three services' metrics really register (so a rename there fails here)."""
+    from specdec.serving.metrics import DraftMetrics, GatewayMetrics, VerifyMetrics
+
+    families = {"counter": set(), "histogram": set(), "gauge": set()}
+    for metrics in (GatewayMetrics(), VerifyMetrics(), DraftMetrics()):
+        for kind, names in _families(metrics).items():
+            families[kind] |= names
     assert families == {"counter": COUNTERS, "histogram": HISTOGRAMS, "gauge": GAUGES}
+
+
+def test_each_service_exports_only_what_it_reports():
+    exported = _exported_by_job()
+    assert "specdec_requests_waiting" in exported["specdec-gateway"] - exported["specdec-verify"]  # the autoscaler's
+    assert "specdec_load_policy_drafting" in exported["specdec-verify"] - exported["specdec-gateway"] - exported["specdec-draft"]
+    assert "specdec_draft_predrafted_blocks_total" in exported["specdec-draft"] - exported["specdec-verify"]
+
+
+def test_queries_for_one_job_name_metrics_that_job_exports():
+    exported, checked = _exported_by_job(), 0
+    for where, expr in [(f"alerts.yml {name}", rule["expr"]) for name, rule in _alert_rules().items()] + [
+            (f"dashboard {where}", expr) for where, expr in _dashboard_exprs(_dashboard())]:
+        for metric, job in re.findall(r'(specdec_[a-z0-9_]+)\{job="(specdec-[a-z]+)"', expr):
+            assert metric in exported[job], f"{where}: {job} does not export {metric}"
+            checked += 1
+    assert checked >= 5
 
 
 def _referenced_names() -> list[tuple[str, str]]:
