@@ -22,24 +22,30 @@ in which no speculative round ran (idle gaps, requests without speculation, pref
 otherwise count against whichever mode happened to be on.
 
 NOTE: a service's first measured window is a cold start (first kernels, lazily built state, a
-draft's weights not yet in cache) and measures nothing. The mode in use changes only when the other
+draft's weights not yet in cache) and measures nothing. A window lasts until it has `_MIN_ROUNDS`
+rounds in its mode (rates are per round time, so it may span idle gaps): at low load a window that
+caught the last round or two of a request is noise, not a measurement. The mode in use changes only when the other
 wins by `_SWITCH_MARGIN`: single windows at low load differ by more than a draft's gain, and a
 wrong switch to plain steps costs whole requests their speedup until the next exploration.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+log = logging.getLogger(__name__)
+
 _RATE_SMOOTHING = 0.5
 # An exploration that confirms the choice doubles the windows until the next, up to this many times
 # `explore_every`: each exploration costs a window in the slower mode.
 _MAX_EXPLORE_BACKOFF = 4
 _SWITCH_MARGIN = 0.1  # log ratio (about 10%) the other mode must win by before the policy switches to it
+_MIN_ROUNDS = 8  # rounds in its mode before a window closes (unless it saw no round at all)
 
 
 @dataclass
@@ -49,12 +55,17 @@ class _Window:
     started: float
     tokens: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # per mode of the rounds that ended here
     round_s: dict[bool, float] = field(default_factory=lambda: {True: 0.0, False: 0.0})
+    rounds: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
 
     def rate(self, drafting: bool) -> float | None:
-        """Tokens per second of round time in a mode, None where no round ran in it."""
-        if not self.tokens[drafting] or self.round_s[drafting] <= 0:
+        """Tokens per second of round time in a mode, None where too few rounds ran in it."""
+        if self.rounds[drafting] < _MIN_ROUNDS or self.round_s[drafting] <= 0:
             return None
         return self.tokens[drafting] / self.round_s[drafting]
+
+    def done(self, now: float, window_s: float) -> bool:
+        enough = self.rounds[self.drafting] >= _MIN_ROUNDS or not any(self.rounds.values())
+        return now - self.started >= window_s and enough
 
 
 @dataclass
@@ -101,7 +112,7 @@ class LoadAwareSpeculation:
         """Whether sessions draft this round (called by each session before each round)."""
         with self._lock:
             now = self.clock()
-            if now - self._window.started >= self.window_s:
+            if self._window.done(now, self.window_s):
                 self._close_window(now)
             return self._window.drafting
 
@@ -114,6 +125,7 @@ class LoadAwareSpeculation:
         with self._lock:
             self._window.tokens[drafting] += num_tokens
             self._window.round_s[drafting] += seconds
+            self._window.rounds[drafting] += 1
 
     def rates(self, load: int) -> dict[bool, float]:
         stats = self.buckets.get(load_bucket(load))
@@ -129,6 +141,9 @@ class LoadAwareSpeculation:
             self._compare_with_last(window, stats)
         bucket = load_bucket(max(1, self.load()))
         self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats())), bucket, now)
+        log.debug("load-aware policy: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
+                  "drafting" if window.drafting else "plain", window.load_bucket, window.rate(window.drafting),
+                  stats.log_gain, "drafting" if self._window.drafting else "plain", bucket)
 
     @staticmethod
     def _fold_rates(window: _Window, stats: _BucketStats) -> None:

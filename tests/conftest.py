@@ -279,8 +279,8 @@ def load_policy_decided_off():
         policy = LoadAwareSpeculation(lambda: 1, window_s=1.0, clock=lambda: now[0])
         for drafting, tokens in ((True, 1), (True, 10), (False, 40)):
             assert policy.drafting_allowed() is drafting
-            for _ in range(4):  # enough rounds for a window to measure
-                policy.record_round(drafting, tokens, 0.25)
+            for _ in range(8):  # enough rounds for a window to measure
+                policy.record_round(drafting, tokens, 0.125)
             now[0] += 1.0
         assert not policy.drafting_allowed() and policy.buckets[1].log_gain < 0
         return policy

@@ -100,6 +100,19 @@ def test_negative_control_a_loss_beyond_the_margin_does():
     assert sum(modes) / len(modes) < 0.3
 
 
+@pytest.mark.parametrize("tail_s, closes", [(0.15, False), (0.5, True)])  # 3 rounds wait; 10 (negative control) close
+def test_a_window_that_caught_a_few_rounds_waits_for_more_across_an_idle_gap(tail_s, closes):
+    service = _Service({(True, 1): 200, (False, 1): 100})
+    service.run(2.0)  # the cold window, then a drafting one
+    service.now += 1.0
+    service.policy.drafting_allowed()  # closes it: the next window starts
+    window = service.policy._window
+    service.run(tail_s)  # a request's last rounds
+    service.now += 30  # idle
+    service.policy.drafting_allowed()
+    assert (service.policy._window is not window) is closes
+
+
 def test_idle_windows_teach_nothing():
     service = _Service({(True, 1): 100, (False, 1): 100})
     service.run(2.5)
