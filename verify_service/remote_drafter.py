@@ -7,6 +7,13 @@ DraftUnavailableError, which makes the loop continue with the target alone.
 
 Blocks the draft service never saw (an empty local block, or another drafter's recorded in this
 session's sequence, as drafters/prediction.py does) reach it as appended tokens in the next feedback.
+
+Until the draft has answered its first block the session is catching up: the draft service
+prefills the prompt (as the target does) and drafts ahead, and on a long prompt a small draft on one
+CPU thread may take seconds longer than the target. Meanwhile rounds do not wait for it: after
+`_CATCH_UP_WAIT_S` the round runs as a plain target step, the exchange stays in flight, and the
+first round after it is answered sends the tokens decoded meanwhile as feedback (its block, drafted
+for an earlier position, is dropped). A draft that has not caught up after `_CATCH_UP_LIMIT_S` has failed.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -26,6 +34,9 @@ from specdec.serving.rpc.convert import acceptance_to_proto, block_from_proto, p
 from specdec.v1 import draft_pb2, draft_pb2_grpc  # noqa: F401 -- stub type in signatures
 
 log = logging.getLogger(__name__)
+
+_CATCH_UP_WAIT_S = 0.25  # about a few target steps: a short prompt's draft answers within it
+_CATCH_UP_LIMIT_S = 60.0
 
 
 class RemoteDrafter:
@@ -58,31 +69,57 @@ class RemoteDraftSession:
         self.pending_feedback: tuple[int, list[int], list[int]] | None = None
         self.remote_block_out = False  # the last block recorded is the draft service's (its feedback is owed)
         self.closed = False
+        self.caught_up = False  # the draft has answered a block: it has prefilled
+        self.late: tuple[concurrent.futures.Future, float] | None = None  # an exchange still in flight while catching up, since when
 
     def propose(self, num_tokens: int) -> DraftBlock:
         if self.closed:
             raise DraftUnavailableError("draft session already closed")
+        if self.late is not None and not self._late_answer_arrived():
+            return self._local_empty()
         if num_tokens <= 0 and self.call is not None:
             # Nothing to draft (last token of the budget): no round trip; the feedback for this
             # round rides along with the next request, merged with what is still pending.
-            block = DraftBlock.empty()
-            self.committed.record_block(block)
-            return block
+            return self._local_empty()
         messages = self._next_messages(num_tokens)
         future = asyncio.run_coroutine_threadsafe(self._exchange(messages), self.drafter.loop)
         try:
-            response = future.result(timeout=self.drafter.round_timeout_s)
+            response = future.result(timeout=self.drafter.round_timeout_s if self.caught_up else _CATCH_UP_WAIT_S)
         except concurrent.futures.TimeoutError as error:
+            if not self.caught_up:
+                self.late = (future, time.monotonic())
+                return self._local_empty()
             future.cancel()
             raise DraftUnavailableError(f"the draft missed its per-round deadline of {self.drafter.round_timeout_s * 1000:.0f} ms") from error
-        except grpc.aio.AioRpcError as error:
-            raise DraftUnavailableError(f"draft service: {error.code().name}: {error.details()}") from error
         except Exception as error:  # noqa: BLE001 -- any failure of a remote draft means: go on without it
-            raise DraftUnavailableError(f"draft service: {type(error).__name__}: {error}") from error
+            raise _unavailable(error) from error
         block = self._checked_block(response, num_tokens)
+        self.caught_up = self.caught_up or num_tokens > 0
         self.committed.record_block(block)
         self.remote_block_out = True
         return block
+
+    def _local_empty(self) -> DraftBlock:
+        """A round without the draft service: its tokens reach it as appended feedback later."""
+        block = DraftBlock.empty()
+        self.committed.record_block(block)
+        return block
+
+    def _late_answer_arrived(self) -> bool:
+        """Whether the exchange in flight has been answered; its block is dropped (drafted for an
+        earlier position), and the feedback pending since says 0 of it were accepted."""
+        future, since = self.late
+        if not future.done():
+            if time.monotonic() - since > _CATCH_UP_LIMIT_S:
+                raise DraftUnavailableError(f"the draft did not answer its first block within {_CATCH_UP_LIMIT_S:.0f} s")
+            return False
+        self.late = None
+        try:
+            future.result()
+        except Exception as error:  # noqa: BLE001 -- as in propose
+            raise _unavailable(error) from error
+        self.caught_up = True
+        return True
 
     def _next_messages(self, num_tokens: int) -> list[draft_pb2.ProposeRequest]:
         """The request for the next block: the feedback owed, or `open` (then, when tokens were
@@ -151,8 +188,18 @@ class RemoteDraftSession:
         if self.closed:
             return
         self.closed = True
+        if self.late is not None:
+            self.late[0].cancel()  # NOTE: before _finish, which reads the call too
         if self.call is not None:
             asyncio.run_coroutine_threadsafe(_finish(self.call), self.drafter.loop)
+
+
+def _unavailable(error: Exception) -> DraftUnavailableError:
+    if isinstance(error, DraftUnavailableError):
+        return error
+    if isinstance(error, grpc.aio.AioRpcError):
+        return DraftUnavailableError(f"draft service: {error.code().name}: {error.details()}")
+    return DraftUnavailableError(f"draft service: {type(error).__name__}: {error}")
 
 
 async def _finish(call: grpc.aio.StreamStreamCall, timeout_s: float = 1.0) -> None:

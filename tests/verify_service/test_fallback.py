@@ -92,6 +92,47 @@ def test_a_draft_slower_than_its_deadline_falls_back(make_verify_server, tiny_ta
     assert completion.token_ids == greedy_reference[:40] and completion.summary.fallback
 
 
+class _SlowFirstBlock:
+    """A draft whose first block takes `delay_s` longer: a long prompt's prefill on a slow draft."""
+
+    def __init__(self, inner, delay_s: float) -> None:
+        self.inner, self.delay_s, self.name = inner, delay_s, "slow-first-block"
+
+    def batched(self, options):
+        return _SlowFirstBlock(self.inner.batched(options), self.delay_s)
+
+    def open(self, request):
+        return _SlowFirstBlockSession(self.inner.open(request), self.delay_s)
+
+
+class _SlowFirstBlockSession:
+    def __init__(self, session, delay_s: float) -> None:
+        self.session, self.delay_s = session, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+    def propose(self, num_tokens: int):
+        if num_tokens and self.delay_s:
+            time.sleep(self.delay_s)
+            self.delay_s = 0
+        return self.session.propose(num_tokens)
+
+
+def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(make_draft_server, make_verify_server, tiny_target,
+                                                                              tiny_draft, greedy_reference):
+    # Its first block comes 0.6 s late, past the 0.3 s per-round deadline: the rounds meanwhile are plain.
+    draft = make_draft_server(_SlowFirstBlock(ModelDrafter(tiny_draft.model), 0.6), tiny_draft)
+    server = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}", draft_round_timeout_ms=300)
+    with VerifyClient(f"127.0.0.1:{server.port}") as client:
+        responses = list(client.generate_stream(PROMPT, max_tokens=300, temperature=0, ignore_eos=True))
+    assert [token for response in responses for token in response.token_ids] == greedy_reference
+    summary = responses[-1].summary
+    assert not summary.fallback and summary.draft_tokens > 0
+    candidates = [response.round.num_candidates for response in responses if response.HasField("round")]
+    assert candidates[1] == 0 and max(candidates) > 0  # plain while it caught up, drafted after
+
+
 def test_an_unreachable_draft_falls_back_quickly(make_verify_server, tiny_target, greedy_reference):
     server = make_verify_server(tiny_target, f"127.0.0.1:{free_port()}")
     with VerifyClient(f"127.0.0.1:{server.port}") as client:
