@@ -89,6 +89,7 @@ class PairTuning:
 # Chosen by measurement (docs/benchmarks.md, "Default pair: SmolLM2 drafted by its own GGUF"): K = 4
 # (1.58x against 1.47x for K = 3 on chat prompts, quiet machine); one llama.cpp thread leaves the other core to the target.
 GGUF_TUNING = PairTuning(num_draft_tokens=4, draft_flags=("--gguf-threads=1",))
+DRAFT_NICENESS_ON_CPU = 10
 # The distilled draft: K = 2 for a looked-up block, 1 from the draft model, single-token matches counted.
 DISTILLED_TUNING = PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
 
@@ -108,8 +109,8 @@ class Stack:
     def __init__(self) -> None:
         self.children: list[tuple[str, subprocess.Popen]] = []
 
-    def spawn(self, name: str, arguments: list[str]) -> subprocess.Popen:
-        process = spawn(arguments)
+    def spawn(self, name: str, arguments: list[str], niceness: int = 0) -> subprocess.Popen:
+        process = spawn(arguments, niceness=niceness)
         self.children.append((name, process))
         return process
 
@@ -153,6 +154,7 @@ class _DraftSide:
     target: str | None
     args: list[str]  # `serve draft` flags
     num_draft_tokens: int | None  # K for the verify service
+    niceness: int = 0  # added to the draft process's CPU priority
 
 
 def _draft_side(plan: UpPlan) -> _DraftSide:
@@ -180,7 +182,16 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     # One host: a small draft on one thread leaves the other cores to the target, and two
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
     args += ["--cpu-threads", "1"] if (default_pair or plan.config_file is None) and config.draft_service.cpu_threads is None else []
-    return _DraftSide(target, args, num_draft_tokens)
+    return _DraftSide(target, args, num_draft_tokens, _draft_niceness())
+
+
+def _draft_niceness() -> int:
+    """On a host without a GPU the draft and the target share the CPU cores. The target's prefill and
+    verification are on every request's critical path; the draft's prefill and drafting ahead are
+    not, so where they contend the target goes first (docs/benchmarks.md: Spec-Bench's long prompts)."""
+    import torch
+
+    return 0 if torch.cuda.is_available() else DRAFT_NICENESS_ON_CPU
 
 
 def _file_config(plan: UpPlan):
@@ -196,7 +207,7 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     target, draft_args, num_draft_tokens = side.target, side.args, side.num_draft_tokens
     # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
-                          "--metrics-port", str(plan.draft_metrics_port)])
+                          "--metrics-port", str(plan.draft_metrics_port)], niceness=side.niceness)
     _wait_healthy("draft", stack, partial(grpc_serving, f"localhost:{plan.draft_port}"))
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--host", LOOPBACK, "--port", str(plan.verify_port),
                            "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",

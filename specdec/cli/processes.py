@@ -3,6 +3,7 @@ benchmark scripts and the tests that run real services."""
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -36,10 +37,12 @@ def service_environment(base: Mapping[str, str] | None = None) -> dict[str, str]
     return environment
 
 
-def spawn(arguments: Sequence[str], env: Mapping[str, str] | None = None, stdout=None, stderr=None) -> subprocess.Popen:
-    """`python -m specdec.cli ARGUMENTS` with this interpreter (the console script may point at another checkout)."""
+def spawn(arguments: Sequence[str], env: Mapping[str, str] | None = None, stdout=None, stderr=None,
+          niceness: int = 0) -> subprocess.Popen:
+    """`python -m specdec.cli ARGUMENTS` with this interpreter (the console script may point at another checkout),
+    `niceness` added to its CPU scheduling priority."""
     return subprocess.Popen([sys.executable, "-m", "specdec.cli", *arguments], env=service_environment(env),
-                            stdout=stdout, stderr=stderr)
+                            stdout=stdout, stderr=stderr, preexec_fn=functools.partial(os.nice, niceness) if niceness else None)
 
 
 def grpc_serving(address: str | int, timeout: float = 1.0) -> bool:

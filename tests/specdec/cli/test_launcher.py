@@ -13,7 +13,7 @@ import time
 import grpc
 import httpx
 
-from specdec.cli.launcher import PairTuning, default_pair_tuning
+from specdec.cli.launcher import DRAFT_NICENESS_ON_CPU, PairTuning, default_pair_tuning
 from specdec.cli.processes import free_port
 from specdec.v1 import common_pb2, draft_pb2_grpc
 
@@ -75,6 +75,16 @@ def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path)
         assert reply["choices"][0]["message"]["content"] and reply["speculative"]["rounds"] > 0
         verify_metrics = httpx.get(f"http://127.0.0.1:{ports['--verify-metrics-port']}/metrics", timeout=5).text
         assert "specdec_spec_decode_num_draft_tokens_total" in verify_metrics
+        # No GPU: the draft shares the cores with the target, which goes first where they contend.
+        ours = os.nice(0)
+        assert _niceness(f"serve draft .*--port {ports['--draft-port']}") == ours + DRAFT_NICENESS_ON_CPU
+        assert _niceness(f"serve verify .*--port {ports['--verify-port']}") == ours  # negative control
+
+
+def _niceness(pattern: str) -> int:
+    (pid,) = subprocess.run(["pgrep", "-f", pattern], check=True, capture_output=True, text=True).stdout.split()
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])  # field 19, nice (after pid and comm)
 
 
 def test_up_with_api_keys_set_comes_up_and_serves_only_with_a_key(tmp_path):
