@@ -8,9 +8,11 @@ DraftUnavailableError, which makes the loop continue with the target alone.
 Blocks the draft service never saw (an empty local block, or another drafter's recorded in this
 session's sequence, as drafters/prediction.py does) reach it as appended tokens in the next feedback.
 
-Until the draft has answered its first block the session is catching up: the draft service
-prefills the prompt (as the target does) and drafts ahead, and on a long prompt a small draft on one
-CPU thread may take seconds longer than the target. Meanwhile rounds do not wait for it: after
+The session is catching up until the draft has answered its first block (the draft service
+prefills the prompt, as the target does, and drafts ahead), and again whenever the next exchange
+carries more than `_CATCH_UP_BACKLOG_TOKENS` tokens the draft has not seen (a run of a prediction's
+blocks, or of plain rounds the load policy chose): on a long prompt or run, a small draft on one CPU
+thread may take seconds longer than the target. Meanwhile rounds do not wait for it: after
 `_CATCH_UP_WAIT_S` the round runs as a plain target step, the exchange stays in flight, and the
 first round after it is answered sends the tokens decoded meanwhile as feedback (its block, drafted
 for an earlier position, is dropped). A draft that has not caught up after `_CATCH_UP_LIMIT_S` has failed.
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 _CATCH_UP_WAIT_S = 0.25  # about a few target steps: a short prompt's draft answers within it
 _CATCH_UP_LIMIT_S = 60.0
+_CATCH_UP_BACKLOG_TOKENS = 16  # unseen tokens in one exchange beyond which the draft is catching up (a round adds K + 1)
 
 
 class RemoteDrafter:
@@ -81,12 +84,13 @@ class RemoteDraftSession:
             # Nothing to draft (last token of the budget): no round trip; the feedback for this
             # round rides along with the next request, merged with what is still pending.
             return self._local_empty()
+        catching_up = not self.caught_up or len(self.pending_feedback[1] if self.pending_feedback else ()) > _CATCH_UP_BACKLOG_TOKENS
         messages = self._next_messages(num_tokens)
         future = asyncio.run_coroutine_threadsafe(self._exchange(messages), self.drafter.loop)
         try:
-            response = future.result(timeout=self.drafter.round_timeout_s if self.caught_up else _CATCH_UP_WAIT_S)
+            response = future.result(timeout=_CATCH_UP_WAIT_S if catching_up else self.drafter.round_timeout_s)
         except concurrent.futures.TimeoutError as error:
-            if not self.caught_up:
+            if catching_up:
                 self.late = (future, time.monotonic())
                 return self._local_empty()
             future.cancel()
@@ -111,7 +115,7 @@ class RemoteDraftSession:
         future, since = self.late
         if not future.done():
             if time.monotonic() - since > _CATCH_UP_LIMIT_S:
-                raise DraftUnavailableError(f"the draft did not answer its first block within {_CATCH_UP_LIMIT_S:.0f} s")
+                raise DraftUnavailableError(f"the draft did not catch up within {_CATCH_UP_LIMIT_S:.0f} s")
             return False
         self.late = None
         try:

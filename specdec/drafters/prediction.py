@@ -4,8 +4,9 @@ An edit (re-emit a file with a small change) is mostly a copy of the prediction.
 where the generated tokens stand in the prediction and proposes what follows there: the longest
 suffix of the generated tokens (up to `max_ngram`) that occurs in the prediction, at the occurrence
 nearest to where the previous alignment expects it (so a change that inserts, deletes or rewrites
-tokens re-aligns a few tokens after it). Where nothing aligns, the wrapped drafter proposes (prompt
-lookup, then the draft model), at most `inner_tokens` candidates.
+tokens re-aligns a few tokens after it). Before the output has entered the prediction, it proposes
+the prediction's start (after a preamble such as an opening fence). Where nothing aligns after that,
+the wrapped drafter proposes (prompt lookup, then the draft model), at most `inner_tokens` candidates.
 
 NOTE: lossless whatever the prediction says: its blocks carry a point-mass q (rejection mode) and
 greedy / coupled acceptance never read q; the verifier decides every token. After a predicted block
@@ -33,6 +34,8 @@ from specdec.enums import AcceptanceMode, TokenSource
 from specdec.errors import DraftUnavailableError
 
 log = logging.getLogger(__name__)
+
+_ENTRY_NGRAM = 2  # matched suffix tokens that show the output has entered the prediction
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ class PredictionAlignment:
         for index, token in enumerate(self.prediction):
             self.positions.setdefault(token, []).append(index)
         self.anchor = (0, 0)  # (generated length, the prediction index it was aligned to)
+        self.entered = False  # the output has matched the prediction (see align)
 
     def continuation(self, generated: Sequence[int], num_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:
         """Up to `num_tokens` prediction tokens after the alignment of `generated`; [] when none aligns."""
@@ -168,22 +172,49 @@ class PredictionAlignment:
     def align(self, generated: Sequence[int], max_ngram: int, min_ngram: int) -> int | None:
         """The prediction index where `generated` continues, or None.
 
-        Nothing generated yet: the prediction's start. Otherwise the end of the longest suffix
-        n-gram of `generated` found in the prediction, the occurrence nearest to the expected index
-        (the last alignment moved on by the tokens generated since).
+        The end of the longest suffix n-gram of `generated` found in the prediction, the occurrence
+        nearest to the expected index (the last alignment moved on by the tokens generated since).
+        Until the output has entered the prediction (it ends with the prediction's first tokens, or a
+        suffix of `_ENTRY_NGRAM` tokens matched, or one where the start proposed last expects it), what
+        was generated is taken for a preamble (an opening fence, "Here is the file:"): the answer is the
+        prediction's start. NOTE: a lone common token there ("\n") would otherwise pick a line of the
+        prediction at random.
         """
-        if not generated:
-            return 0 if self.prediction else None
+        if not self.prediction:
+            return None
         anchored_length, anchored_end = self.anchor
         expected = anchored_end + len(generated) - anchored_length
+        match = self._nearest_suffix_match(generated, expected, max_ngram, min_ngram)
+        if not self.entered:
+            begun = self._begun(generated, max_ngram)
+            if begun:
+                match = (begun, begun)
+            elif match is None or (match[1] < _ENTRY_NGRAM and match[0] != expected):
+                self.anchor = (len(generated), 0)
+                return 0
+            self.entered = True
+        if match is None:
+            return None
+        self.anchor = (len(generated), match[0])
+        return match[0]
+
+    def _begun(self, generated: Sequence[int], max_ngram: int) -> int:
+        """The most tokens (up to `max_ngram`) at the prediction's start that `generated` ends with; 0 if none."""
+        for size in range(min(max_ngram, len(generated), len(self.prediction)), 0, -1):
+            if list(generated[len(generated) - size :]) == self.prediction[:size]:
+                return size
+        return 0
+
+    def _nearest_suffix_match(self, generated: Sequence[int], expected: int, max_ngram: int, min_ngram: int) -> tuple[int, int] | None:
+        """(end, size) of the longest suffix of `generated` found in the prediction, nearest `expected`."""
+        if not generated:
+            return None
         ends = [index + 1 for index in self.positions.get(generated[-1], ())]
         for size in range(min(max_ngram, len(generated)), min_ngram - 1, -1):
             suffix = list(generated[len(generated) - size :])
             matches = [end for end in ends if end >= size and self.prediction[end - size : end] == suffix]
             if matches:
-                end = min(matches, key=lambda candidate: (abs(candidate - expected), candidate))
-                self.anchor = (len(generated), end)
-                return end
+                return min(matches, key=lambda candidate: (abs(candidate - expected), candidate)), size
         return None
 
 

@@ -12,6 +12,9 @@ from service_support import free_port, spawn_service
 
 from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
+from specdec.drafters.base import DraftRequest
+from specdec.drafters.ngram import point_mass_block
+from specdec.enums import AcceptanceMode
 from specdec.generation import SpeculativeGenerator
 from specdec.models import LoadedModel
 from specdec.request import GenerationRequest
@@ -92,37 +95,44 @@ def test_a_draft_slower_than_its_deadline_falls_back(make_verify_server, tiny_ta
     assert completion.token_ids == greedy_reference[:40] and completion.summary.fallback
 
 
-class _SlowFirstBlock:
-    """A draft whose first block takes `delay_s` longer: a long prompt's prefill on a slow draft."""
+class _SlowDraft:
+    """A draft whose first block takes `first_block_s` longer (a long prompt's prefill on a slow draft), and that
+    takes `backlog_s` to take in its first run of more than 16 tokens it did not draft (a prediction's)."""
 
-    def __init__(self, inner, delay_s: float) -> None:
-        self.inner, self.delay_s, self.name = inner, delay_s, "slow-first-block"
+    def __init__(self, inner, first_block_s: float = 0.0, backlog_s: float = 0.0) -> None:
+        self.inner, self.first_block_s, self.backlog_s, self.name = inner, first_block_s, backlog_s, "slow"
 
     def batched(self, options):
-        return _SlowFirstBlock(self.inner.batched(options), self.delay_s)
+        return _SlowDraft(self.inner.batched(options), self.first_block_s, self.backlog_s)
 
     def open(self, request):
-        return _SlowFirstBlockSession(self.inner.open(request), self.delay_s)
+        return _SlowDraftSession(self.inner.open(request), self.first_block_s, self.backlog_s)
 
 
-class _SlowFirstBlockSession:
-    def __init__(self, session, delay_s: float) -> None:
-        self.session, self.delay_s = session, delay_s
+class _SlowDraftSession:
+    def __init__(self, session, first_block_s: float, backlog_s: float) -> None:
+        self.session, self.first_block_s, self.backlog_s = session, first_block_s, backlog_s
 
     def __getattr__(self, name):
         return getattr(self.session, name)
 
     def propose(self, num_tokens: int):
-        if num_tokens and self.delay_s:
-            time.sleep(self.delay_s)
-            self.delay_s = 0
+        if num_tokens and self.first_block_s:
+            time.sleep(self.first_block_s)
+            self.first_block_s = 0
         return self.session.propose(num_tokens)
+
+    def feedback(self, num_accepted, appended_ids, *accepted_nodes):
+        if len(appended_ids) > 16 and self.backlog_s:
+            time.sleep(self.backlog_s)
+            self.backlog_s = 0
+        return self.session.feedback(num_accepted, appended_ids, *accepted_nodes)
 
 
 def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(make_draft_server, make_verify_server, tiny_target,
                                                                               tiny_draft, greedy_reference):
     # Its first block comes 0.6 s late, past the 0.3 s per-round deadline: the rounds meanwhile are plain.
-    draft = make_draft_server(_SlowFirstBlock(ModelDrafter(tiny_draft.model), 0.6), tiny_draft)
+    draft = make_draft_server(_SlowDraft(ModelDrafter(tiny_draft.model), first_block_s=0.6), tiny_draft)
     server = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}", draft_round_timeout_ms=300)
     with VerifyClient(f"127.0.0.1:{server.port}") as client:
         responses = list(client.generate_stream(PROMPT, max_tokens=300, temperature=0, ignore_eos=True))
@@ -131,6 +141,34 @@ def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(ma
     assert not summary.fallback and summary.draft_tokens > 0
     candidates = [response.round.num_candidates for response in responses if response.HasField("round")]
     assert candidates[1] == 0 and max(candidates) > 0  # plain while it caught up, drafted after
+
+
+def test_a_draft_catching_up_on_a_run_it_did_not_draft_is_not_waited_for(make_draft_server, make_verify_server, tiny_target,
+                                                                        tiny_draft, greedy_reference):
+    # After 40 tokens drafted beside it (a prediction's, as drafters/prediction.py records them), the draft
+    # takes 0.6 s, past the 0.3 s per-round deadline, to take them in. Before: a missed deadline, and the
+    # draft dropped for the rest of the request.
+    draft = make_draft_server(_SlowDraft(ModelDrafter(tiny_draft.model), backlog_s=0.6), tiny_draft)
+    server = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}", draft_round_timeout_ms=300)
+    request = DraftRequest(prompt_ids=tiny_target.tokenizer(PROMPT)["input_ids"], sampling=SamplingParams(temperature=0),
+                           acceptance=AcceptanceMode.GREEDY, seed=0, vocab_size=tiny_target.vocab_size)
+    session = server.servicer.drafter.open(request)
+    try:
+        assert len(session.propose(4)) > 0  # the draft has prefilled and answered
+        session.feedback(0, greedy_reference[:1])
+        session.committed.record_block(point_mass_block(greedy_reference[1:41]))
+        session.feedback(40, greedy_reference[41:42])
+        started = time.monotonic()
+        assert len(session.propose(4)) == 0 and time.monotonic() - started < 0.3  # a plain round, not a wait
+        blocks, position = [], 42
+        while not any(blocks) and time.monotonic() - started < 5:
+            session.feedback(0, greedy_reference[position : position + 1])
+            position += 1
+            time.sleep(0.05)  # a plain target step
+            blocks.append(len(session.propose(4)))
+        assert blocks[-1] > 0 and blocks[0] == 0  # plain while it caught up, drafted after
+    finally:
+        session.close()
 
 
 def test_an_unreachable_draft_falls_back_quickly(make_verify_server, tiny_target, greedy_reference):

@@ -63,8 +63,30 @@ def test_longer_suffixes_are_preferred_over_nearer_single_tokens():
     assert _continuation(alignment, [7, 7, 7, 7, 7, 2, 3], 1) == [9]
 
 
-def test_unaligned_text_proposes_nothing():
-    assert _continuation(PredictionAlignment(PREDICTION), [1, 2, 3]) == []
+def test_text_that_left_the_prediction_proposes_nothing():
+    alignment = PredictionAlignment(PREDICTION)
+    assert _continuation(alignment, [10, 11]) == [12, 13, 14]
+    assert _continuation(alignment, [10, 11, 1, 2, 3]) == []
+
+
+def test_a_preamble_proposes_the_prediction_s_start_until_the_output_enters_it():
+    prediction = [10, 11, 12, 13, 14, 15, 13, 16, 17]  # a file, its lines ending with 13 (a newline)
+    alignment = PredictionAlignment(prediction)
+    assert _continuation(alignment, [7, 8]) == [10, 11, 12]  # an opening fence: nothing matches
+    # a lone newline matches one token after the first line: still the start, not that line's successor
+    assert _continuation(alignment, [7, 8, 13]) == [10, 11, 12]
+    assert _continuation(alignment, [7, 8, 13, 10]) == [11, 12, 13]  # one token accepted where the start put it: entered
+    late = PredictionAlignment(prediction)
+    assert _continuation(late, [7]) == [10, 11, 12]
+    assert _continuation(late, [7, 8, 13, 10], 2) == [11, 12]  # the output begins the prediction later than proposed
+    assert _continuation(alignment, [7, 8, 13, 10, 11, 12, 99]) == []  # entered: text that leaves it proposes nothing
+
+
+def test_negative_control_without_the_preamble_rule_a_lone_newline_picks_a_line_at_random():
+    prediction = [10, 11, 12, 13, 13, 14, 15, 16, 17]
+    alignment = PredictionAlignment(prediction)
+    alignment.entered = True  # as if the output had entered the prediction already
+    assert _continuation(alignment, [7, 8, 13]) != [10, 11, 12]
 
 
 def _request(prediction, acceptance=AcceptanceMode.GREEDY, tree=None) -> DraftRequest:
@@ -255,8 +277,8 @@ def test_negative_control_accepting_the_prediction_blindly_fails_the_joint_test(
     generator = SpeculativeGenerator(tiny_target, None)
     pairs = [tuple(generator.generate(GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed,
                                                         ignore_eos=True, prediction_ids=[*likely, 7])).token_ids[:2]) for seed in range(200)]
-    observed = [pairs.count(pair) for pair in expected]
-    assert stats.chisquare(observed, [expected[pair] * len(pairs) for pair in expected]).pvalue < 1e-3
+    observed = [pairs.count(pair) for pair in expected]  # a pair outside the target's support is left out (a violation too)
+    assert stats.chisquare(observed, [expected[pair] * sum(observed) for pair in expected]).pvalue < 1e-3
 
 
 def test_a_prediction_drafts_where_the_load_policy_runs_plain_steps(tiny_target, tiny_draft, prompt_ids, reference,
