@@ -31,7 +31,8 @@ def create_app(config: SpecdecConfig | None = None) -> FastAPI:
 
     app = FastAPI(title="specdec", description="OpenAI-compatible speculative-decoding gateway", lifespan=lifespan)
     app.state.gateway = gateway
-    app.add_middleware(BodySizeLimit, max_bytes=config.serving.max_body_bytes, useful_bytes=gateway.useful_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=config.serving.max_body_bytes, useful_bytes=gateway.useful_body_bytes,
+                       refusals_per_second=config.serving.body_refusals_per_s)
     install_error_handlers(app)
     app.include_router(_api_routes(gateway))
     app.include_router(_operational_routes(gateway))

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -143,6 +144,26 @@ class LoopbackStack:
             yield stack
         finally:
             stack.stop()
+
+
+def declared_body_reply(gateway_url: str, declared: int, sent: bytes) -> bytes:
+    """Send headers declaring `declared` bytes and only `sent` of them; what comes back within 10 s."""
+    url = httpx.URL(gateway_url)
+    with socket.create_connection((url.host, url.port), timeout=10) as connection:
+        connection.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {declared}\r\n\r\n".encode() + sent)
+        reply = b""
+        while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < _content_length(reply):
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+
+
+def _content_length(reply: bytes) -> int:
+    headers = reply.partition(b"\r\n\r\n")[0].lower()
+    return int(headers.partition(b"content-length: ")[2].split(b"\r\n")[0] or 0)
 
 
 def metric(text: str, name: str, labels: str = "") -> float | None:

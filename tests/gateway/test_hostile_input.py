@@ -4,11 +4,10 @@ a 4xx in the OpenAI error shape naming the field where there is one; none is a 5
 from __future__ import annotations
 
 import json
-import socket
 
 import httpx
 import pytest
-from service_support import CHAT, assert_openai_error
+from service_support import CHAT, assert_openai_error, declared_body_reply
 
 from gateway.body_limit import largest_useful_body
 
@@ -120,26 +119,6 @@ def test_a_prompt_that_cannot_fit_is_refused_by_the_gateway_without_asking_verif
     assert (verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0) == refused_by_verify
 
 
-def _declared_body_reply(gateway_url: str, declared: int, sent: bytes) -> bytes:
-    """Send headers declaring `declared` bytes and only `sent` of them; what comes back within 10 s."""
-    url = httpx.URL(gateway_url)
-    with socket.create_connection((url.host, url.port), timeout=10) as connection:
-        connection.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
-                           f"Content-Length: {declared}\r\n\r\n".encode() + sent)
-        reply = b""
-        while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < _content_length(reply):
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
-        return reply
-
-
-def _content_length(reply: bytes) -> int:
-    headers = reply.partition(b"\r\n\r\n")[0].lower()
-    return int(headers.partition(b"content-length: ")[2].split(b"\r\n")[0] or 0)
-
-
 def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_read(client, gateway_url):
     """Tiny pair: 512 x 13 characters fit, so no request that can be served has more than
     largest_useful_body(6656) bytes; a longer declared body gets 413 from its headers alone (the
@@ -147,7 +126,7 @@ def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_
     useful = largest_useful_body(512 * 13)
     assert useful < 4 * 1024 * 1024  # under serving.max_body_bytes: this bound, not that one, refuses it
     client.get("/v1/models").raise_for_status()  # the gateway learns verify's bound
-    reply = _declared_body_reply(gateway_url, useful + 1, b'{"model": "target"')
+    reply = declared_body_reply(gateway_url, useful + 1, b'{"model": "target"')
     assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
     assert b"request_too_large" in reply and b"shorten the prompt" in reply
     # A client that sends the whole body still reads the answer (not a reset connection).

@@ -4,13 +4,14 @@ streams that hold a session without ever sending anything. Real processes (tests
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 
 import grpc
 import httpx
 import pytest
-from service_support import CHAT, ServiceProcess, free_port, grpc_serving, scrape, wait_until
+from service_support import CHAT, ServiceProcess, declared_body_reply, free_port, grpc_serving, scrape, wait_until
 
 from specdec.cli.client import generation_options
 from specdec.v1 import verify_pb2, verify_pb2_grpc
@@ -48,6 +49,26 @@ def test_two_clients_looping_maximum_size_prompts_leave_ready_and_small_requests
     assert set(small) == {200}, small
     # 413 from its Content-Length once the gateway knows the bound, 400 naming messages before
     assert len(answers) >= 4 and set(answers) <= {(400, "messages"), (413, None)}, answers[:10]
+
+
+def test_oversized_uploads_are_answered_a_few_a_second_and_small_requests_are_not(stack, http):
+    """serving.body_refusals_per_s (4): nine uploads at once over the body limit get their 413s about a
+    quarter second apart, their uploads paused meanwhile; a small request is not held behind them.
+    Before, each refusal came at once, and a client looping them made the gateway drain megabytes per refusal."""
+    with concurrent.futures.ThreadPoolExecutor(10) as pool:
+        refusals = [pool.submit(_timed, declared_body_reply, stack.url, 4 * 1024 * 1024 + 1, b'{"model": "target"') for _ in range(9)]
+        time.sleep(0.2)
+        small = pool.submit(_timed, http.post, CHAT, json=SMALL)
+        answered = [future.result() for future in refusals]
+    assert all(reply.startswith(b"HTTP/1.1 413") and b"request_too_large" in reply for reply, _ in answered), answered[0][0][:200]
+    times = sorted(at for _, at in answered)
+    assert times[-1] - times[0] >= 1.75, times  # 8 turns of 0.25 s after the first
+    assert small.result()[0].status_code == 200 and small.result()[1] < times[-1]
+
+
+def _timed(function, *args, **kwargs):
+    """(what `function` returned, when it returned)."""
+    return function(*args, **kwargs), time.monotonic()
 
 
 def test_a_prompt_longer_than_the_context_can_hold_is_refused_before_tokenizing(stack):
