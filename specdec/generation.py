@@ -109,10 +109,8 @@ class SpeculativeGenerator:
         if policy is not None and index:
             # NOTE: a session's first rounds, and its first after the mode changed, carry one-off work: the
             # prefills, and a draft catching up on the tokens of its plain rounds (for a draft as deep as the
-            # target, as long as a prefill). Only rounds in the mode of the round before measure the mode,
-            # and a drafting round only once the draft proposed: an empty block is a draft still catching up
-            # (a long prompt's prefill), which would otherwise turn drafting off before it ever started.
-            if draft.last_mode == policy_drafting and (len(block) or not policy_drafting):
+            # target, as long as a prefill). Only rounds in the mode of the round before measure the mode.
+            if draft.last_mode == policy_drafting:
                 policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
             draft.last_mode = policy_drafting
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)

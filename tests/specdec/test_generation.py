@@ -249,34 +249,3 @@ def test_int8_draft_is_still_lossless(tiny_target, tiny_pair_paths, prompt_ids):
     reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
     result = _run(tiny_target, ModelDrafter(quantized.model), prompt_ids, sampling=GREEDY)
     assert result.token_ids == reference.token_ids and result.stats.acceptance_rate > 0.3
-
-
-class _LateDrafter:
-    """`inner`, proposing nothing for its first `late_rounds` drafting rounds: a draft still prefilling."""
-
-    def __init__(self, inner, late_rounds: int) -> None:
-        self.inner, self.late_rounds, self.name = inner, late_rounds, "late"
-
-    def open(self, request):
-        session, late = self.inner.open(request), [self.late_rounds]
-        propose = session.propose
-
-        def late_propose(num_tokens: int):
-            if num_tokens and late[0]:
-                late[0] -= 1
-                num_tokens = 0
-            return propose(num_tokens)
-
-        session.propose = late_propose
-        return session
-
-
-def test_the_load_policy_does_not_measure_drafting_rounds_whose_draft_was_not_there_yet(tiny_target, drafters, prompt_ids):
-    modes = [True] * 8
-    policy = _ScriptedPolicy(modes)
-    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=40, sampling=GREEDY, num_draft_tokens=2, ignore_eos=True)
-    generator = SpeculativeGenerator(tiny_target, _LateDrafter(drafters["model"], late_rounds=3), load_policy=policy)
-    for _round in zip(range(len(modes)), generator.stream(request)):
-        pass
-    # rounds 1-3 got empty blocks (1 is also a session's first), 4-7 drafted: measured (was 6 of 7, empty ones included)
-    assert policy.recorded == [True] * 4
