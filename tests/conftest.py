@@ -8,6 +8,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
+# One OpenMP thread per torch-calling thread, set before torch loads: the tiny models gain nothing from a
+# second one, and each thread that runs torch (a test, the in-process services' workers) brings its own
+# OpenMP team; on 2 cores those teams thrash (a chi-square test ran 2.6x slower once the services had run).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
