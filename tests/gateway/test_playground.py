@@ -146,7 +146,7 @@ def test_coupled_compare_uses_one_seed_for_both_sides(visit, process_stack):
 
 
 def test_a_running_region_is_busy_and_stop_ends_it(cutting_proxy, visit):
-    opened = visit(cutting_proxy(pass_events=6, drop=False))  # the stream stalls after its first rounds
+    opened = visit(cutting_proxy(pass_events=6).url)  # the stream stalls after its first rounds
     page = opened.page
     page.fill("#prompt", PROMPT)
     _settings(page)
@@ -254,11 +254,14 @@ def test_too_many_requests_is_shown(visit, start_gateway):
 
 
 def test_a_connection_dropped_mid_stream_shows_that_the_stream_ended_early(cutting_proxy, visit):
-    opened = visit(cutting_proxy(pass_events=6, drop=True))
+    proxy = cutting_proxy(pass_events=6)
+    opened = visit(proxy.url)
     page = opened.page
     page.fill("#prompt", PROMPT)
     _settings(page)
     page.click("#send")
+    _wait_for_tokens(page)
+    proxy.cut()
     expect(page.locator("#run")).to_have_attribute("data-state", "failed")
     expect(page.locator("#message")).to_contain_text("The stream ended early")
     assert 3 <= len(_tokens(page)) < 64
