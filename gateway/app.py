@@ -14,6 +14,7 @@ from gateway.body_limit import BodySizeLimit
 from gateway.errors import install_error_handlers
 from gateway.playground import install_playground
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
+from gateway.security_headers import SecurityHeaders
 from gateway.service import Gateway
 from specdec.serving.config import SpecdecConfig
 from specdec.serving.telemetry import instrument_fastapi
@@ -29,7 +30,9 @@ def create_app(config: SpecdecConfig | None = None) -> FastAPI:
         yield
         await gateway.close()
 
-    app = FastAPI(title="specdec", description="OpenAI-compatible speculative-decoding gateway", lifespan=lifespan)
+    # No /docs or /redoc: FastAPI's pages load unpinned scripts from a CDN. /openapi.json stays.
+    app = FastAPI(title="specdec", description="OpenAI-compatible speculative-decoding gateway", lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
     app.state.gateway = gateway
     app.add_middleware(BodySizeLimit, max_bytes=config.serving.max_body_bytes, useful_bytes=gateway.useful_body_bytes,
                        refusals_per_second=config.serving.body_refusals_per_s)
@@ -50,6 +53,7 @@ def create_app(config: SpecdecConfig | None = None) -> FastAPI:
         return response
 
     instrument_fastapi(app)
+    app.add_middleware(SecurityHeaders)  # added last: outermost, so every response has them (a 413, a 401, ...)
     return app
 
 

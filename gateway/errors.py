@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gateway.security_headers import SECURITY_HEADERS
 from specdec.errors import InvalidRequestError, describe_validation_error, field_path
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse
 
 def _unexpected(request: Request, error: Exception) -> JSONResponse:
     log.exception("unhandled error on %s", request.url.path, exc_info=error)
-    return OpenAIError(500, "internal error; the request was not completed", "server_error").response()
+    # Answered outside every middleware (Starlette's ServerErrorMiddleware): the headers are set here.
+    return OpenAIError(500, "internal error; the request was not completed", "server_error", headers=SECURITY_HEADERS).response()
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -8,15 +8,12 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from gateway.security_headers import SECURITY_HEADERS
+
 STATIC = Path(__file__).parent / "static"
 # The browser itself refuses any request that would leave this origin (no CDN, no tracker), any
-# form submission (so the API key can never end up in a URL) and framing by other sites.
-PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+# form submission (so the API key can never end up in a URL) and framing by other sites: the
+# SECURITY_HEADERS every response carries, set by the page itself too.
 
 
 def install_playground(app: FastAPI) -> None:
@@ -24,6 +21,6 @@ def install_playground(app: FastAPI) -> None:
 
     @app.get("/", include_in_schema=False)
     async def playground() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
+        return FileResponse(STATIC / "index.html", headers=SECURITY_HEADERS)
 
     app.mount("/playground", StaticFiles(directory=STATIC / "playground"), name="playground")

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from gateway.tool_protocol import MAX_TOOLS, FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
-from specdec.limits import MaxTokens, Seed, TokenId, TopK, TopLogprobs
+from specdec.errors import InvalidRequestError
+from specdec.limits import INT32_MAX, MaxTokens, Seed, TokenId, TopK, TopLogprobs
 
 
 def _encodable(value):
@@ -155,13 +157,16 @@ class PredictionContent(BaseModel):
         return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
+_TOKEN_ID_KEY = re.compile(r"[0-9]{1,10}")  # ASCII digits only: str.isdigit() takes "٣", int() takes " 5"
+
+
 def _logit_bias(value: dict[str, float] | None) -> dict[int, float] | None:
-    """JSON keys are strings: each must be a token id; each bias in [-100, 100]."""
+    """JSON keys are strings: each must be a token id in decimal digits; each bias in [-100, 100]."""
     if value is None:
         return None
     bias = {}
     for key, amount in value.items():
-        if not key.strip().isdigit() or int(key) >= 2**31:
+        if not _TOKEN_ID_KEY.fullmatch(key) or int(key) > INT32_MAX:
             raise ValueError(f"keys must be token ids (non-negative integers), got {key!r}")
         if not -100.0 <= amount <= 100.0:
             raise ValueError(f"the bias of token {key} is {amount}; it must be in [-100, 100]")
@@ -184,7 +189,8 @@ class _SamplingRequest(_Request):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
     repetition_penalty: float | None = Field(None, gt=0.0, allow_inf_nan=False, description="extension (Hugging Face / CTRL); 1 = off")
-    logit_bias: dict[str, Annotated[float, Field(allow_inf_nan=False)]] | None = None
+    # strict: a JSON number (an integer too), never "10" or true
+    logit_bias: dict[str, Annotated[float, Field(strict=True, allow_inf_nan=False)]] | None = None
     # Harmless no-ops, accepted and listed in the README: nothing is stored, nothing is billed.
     user: str | None = None
     store: bool | None = None
@@ -239,6 +245,18 @@ class ChatCompletionRequest(_SamplingRequest):
     @classmethod
     def _known_function(cls, value: ToolChoice | None, info) -> ToolChoice | None:
         return check_tool_choice(value, info.data.get("tools"))
+
+    @model_validator(mode="after")
+    def _results_answer_calls(self) -> ChatCompletionRequest:
+        """As OpenAI: a tool message answers a call an earlier assistant message made."""
+        made: set[str] = set()
+        for index, message in enumerate(self.messages):
+            made.update(call.id for call in message.tool_calls or [])
+            if message.role == "tool" and message.tool_call_id not in made:
+                # InvalidRequestError, not ValueError: pydantic would name the whole request, not the field
+                raise InvalidRequestError(f"messages.{index}.tool_call_id",
+                                          f"{message.tool_call_id!r} answers no tool call of an earlier assistant message")
+        return self
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -16,9 +15,10 @@ from gateway.admission import Admission, RateLimiter
 from gateway.auth import ApiKeys, AuditKeyIds, ClientAllowList
 from gateway.choices import Completion, open_streams, run_all
 from gateway.errors import OpenAIError, bad_request
+from gateway.offload import CheckWorkers
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from gateway.streaming import ClosingStreamingResponse, stream_events
-from gateway.tool_constraint import forces_call, request_grammar
+from gateway.tool_constraint import needs_checked_grammar, request_grammar
 from gateway.upstream import Upstream
 from specdec.serving.config import SpecdecConfig
 from specdec.serving.metrics import GatewayMetrics
@@ -42,6 +42,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.metrics.running.set_function(lambda: self.admission.running)
         self.metrics.waiting.set_function(lambda: self.admission.waiting)
+        self.checks = CheckWorkers()  # schema checks and grammar compiles, off the event loop
         self.log_content = config.observability.log_content
         self._model_names: tuple[str, ...] | None = None
         self._status: common_pb2.ServerStatus | None = None  # verify's, read once
@@ -53,6 +54,7 @@ class Gateway:
     async def close(self) -> None:
         if self.upstream is not None:
             await self.upstream.close()
+        self.checks.close()
 
     def guard(self, request: Request) -> str:
         """Allow-list, then API key; returns the identity rate limits are counted against."""
@@ -96,8 +98,8 @@ class Gateway:
         if asked is not None and asked > limit:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
         _check_prompt_length(request, await self._served())
-        if request.response_format is not None or forces_call(request):  # compiled off the loop; refused: 400 naming the field
-            request._grammar = await asyncio.to_thread(request_grammar, request)
+        if needs_checked_grammar(request):  # checked and compiled off the loop; refused: 400 naming the field
+            request._grammar = await self.checks.run(request_grammar, request)
         return names[0]
 
     async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):

@@ -8,7 +8,14 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specdec.constraints.grammars import MAX_GRAMMAR_CHARS, brief_reason
+from specdec.errors import InvalidRequestError
+
 MAX_TOOLS = 128  # OpenAI's own limit
+# All tools' parameter schemas together, as JSON text: a forced call's grammar holds them all, and
+# their meta-schema checks cost seconds of CPU at this size.
+MAX_TOOL_SCHEMA_CHARS = MAX_GRAMMAR_CHARS
+
 
 
 class _Closed(BaseModel):
@@ -17,16 +24,17 @@ class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def check_json_schema(schema: dict) -> dict:
-    """`schema` against its draft's meta-schema ($schema, else the newest jsonschema knows)."""
-    if not isinstance(schema.get("$schema", ""), str):
-        raise ValueError("is not a valid JSON schema: $schema must be a meta-schema URI (a string)")
+def check_json_schema(schema: dict, field: str) -> None:
+    """`schema` against its draft's meta-schema ($schema, else the newest jsonschema knows); CPU work
+    (seconds for large schemas): run it off the event loop. Refused: an InvalidRequestError naming `field`."""
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as error:
         where = "/".join(str(part) for part in error.absolute_path)
-        raise ValueError(f"is not a valid JSON schema{f' at {where}' if where else ''}: {error.message}") from None
-    return schema
+        at = f" at {where}" if where else ""
+        raise InvalidRequestError(field, f"is not a valid JSON schema{at}: {brief_reason(error.message)}") from None
+    except RecursionError:
+        raise InvalidRequestError(field, "is nested too deeply to check") from None
 
 
 class FunctionDefinition(_Closed):
@@ -38,9 +46,12 @@ class FunctionDefinition(_Closed):
     @field_validator("parameters")
     @classmethod
     def _object_schema(cls, value: dict | None) -> dict | None:
+        # Cheap checks only: this runs while FastAPI reads the body, on the event loop (the meta-schema
+        # check is check_parameter_schemas, off the loop).
         if value is None:
             return value
-        check_json_schema(value)
+        if not isinstance(value.get("$schema", ""), str):
+            raise ValueError("is not a valid JSON schema: $schema must be a meta-schema URI (a string)")
         if value.get("type", "object") != "object":
             raise ValueError(f"must describe the arguments object (type \"object\"), not type {json.dumps(value['type'])}")
         return value
@@ -83,12 +94,25 @@ class ToolCall(_Closed):
 
 
 def check_tools(tools: list[FunctionTool] | None) -> list[FunctionTool] | None:
+    """Unique names, and parameter schemas small enough to check (before any meta-schema check runs)."""
     if tools is not None:
+        size = 0
+        for tool in tools:
+            size += len(json.dumps(tool.function.parameters)) if tool.function.parameters is not None else 0
+            if size > MAX_TOOL_SCHEMA_CHARS:
+                raise ValueError(f"the tools' parameter schemas are too large (over {MAX_TOOL_SCHEMA_CHARS} characters of JSON together)")
         names = [tool.function.name for tool in tools]
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise ValueError(f"function names must be unique; repeated: {', '.join(repeated)}")
     return tools
+
+
+def check_parameter_schemas(tools: list[FunctionTool] | None) -> None:
+    """Each tool's parameters against the meta-schema, naming the first bad one (tools.<i>.function.parameters)."""
+    for index, tool in enumerate(tools or []):
+        if tool.function.parameters is not None:
+            check_json_schema(tool.function.parameters, f"tools.{index}.function.parameters")
 
 
 def check_tool_choice(choice: ToolChoice | None, tools: list[FunctionTool] | None) -> ToolChoice | None:

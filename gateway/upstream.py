@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 
@@ -19,6 +20,8 @@ from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 _ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED}
 _POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
 _FIELD = re.compile(r"^([\w.\[\]]+): ")
+_REFERENCE = re.compile(r"\(reference ([0-9a-f]{1,32})\)")  # verify's INTERNAL answer: where its log has the details
+log = logging.getLogger(__name__)
 # verify's field names -> the OpenAI request's
 _PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", "options.sampling.temperature": "temperature",
                 "options.sampling.top_p": "top_p", "options.sampling.top_k": "top_k", "prompt": "messages",
@@ -84,7 +87,12 @@ def http_error(error: grpc.aio.AioRpcError) -> OpenAIError:
         return unavailable(f"the verify service is unavailable: {details}")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return OpenAIError(504, "the generation did not finish within the request timeout", "timeout_error")
-    return OpenAIError(502, f"the verify service failed: {code.name}: {details}", "server_error")
+    # Never echoed: the details of an unexpected failure can name the code that failed (gRPC answers an
+    # unhandled servicer exception "Unexpected <class 'ValueError'>: ..."). The log has them.
+    log.warning("the verify service failed: %s: %s", code.name, details)
+    reference = _REFERENCE.search(details)
+    return OpenAIError(502, f"the verify service failed ({code.name})" + (f"; reference {reference.group(1)}" if reference else ""),
+                       "server_error")
 
 
 def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_index: int) -> verify_pb2.GenerateRequest:

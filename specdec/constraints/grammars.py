@@ -11,6 +11,7 @@ whitespace (a small model given free whitespace can emit newlines forever).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,20 @@ MAX_GRAMMAR_CHARS = 256 * 1024  # a grammar (or schema) larger than this is refu
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 RESPONSE_FORMAT_FIELD = "response_format"
 SCHEMA_FIELD = "response_format.json_schema.schema"
+MAX_REASON_CHARS = 300  # of an engine's message echoed in a 400
+# llguidance quotes the grammar's source lines ("   2 | body: %json {...}") under its message: a
+# generated grammar holds every tool's schema, so a 400 would echo the whole request back.
+_SOURCE_LINE = re.compile(r"^\s*\d+ \| ", re.MULTILINE)
+
+
+def brief_reason(message: str, grammar: str = "") -> str:
+    """An engine's `message` fit for an error body: without the quoted grammar source, at most MAX_REASON_CHARS."""
+    source = _SOURCE_LINE.search(message)
+    reason = message[:source.start()] if source else message
+    if len(grammar) > 40:  # NOTE: a short grammar cannot be told from the message's own words
+        reason = reason.replace(grammar, "<the grammar>")
+    reason = reason.strip()
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 1] + "…"
 
 
 def json_schema_grammar(schema: Any, field: str) -> str:
@@ -36,7 +51,7 @@ def json_schema_grammar(schema: Any, field: str) -> str:
     try:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)
     except (ValueError, TypeError) as error:
-        raise InvalidRequestError(field, f"is not a usable JSON schema: {error}") from error
+        raise InvalidRequestError(field, f"is not a usable JSON schema: {brief_reason(str(error))}") from error
     return checked_grammar(grammar, field)
 
 
@@ -69,7 +84,7 @@ def checked_grammar(grammar: str, field: str) -> str:
         raise InvalidRequestError(field, f"is too large ({len(grammar)} characters of grammar; at most {MAX_GRAMMAR_CHARS})")
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
-        raise InvalidRequestError(field, f"cannot be enforced: {messages[0]}")
+        raise InvalidRequestError(field, f"cannot be enforced: {brief_reason(messages[0], grammar)}")
     return grammar
 
 

@@ -22,6 +22,7 @@ import llguidance.hf
 import llguidance.torch
 import torch
 
+from specdec.constraints.grammars import brief_reason
 from specdec.constraints.masking import unpack_bitmask
 from specdec.errors import InvalidRequestError
 from specdec.tree import chain_parents
@@ -52,7 +53,7 @@ class GrammarConstraint:
         self.eos_ids = frozenset(tokenizer.eos_tokens)
         self.matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
         if self.matcher.is_error():
-            raise InvalidRequestError(field, f"cannot be enforced: {self.matcher.get_error()}")
+            raise InvalidRequestError(field, f"cannot be enforced: {brief_reason(self.matcher.get_error(), grammar)}")
         self.consumed: list[int] = []  # the tokens after the prompt the matcher has consumed, in order
 
     @staticmethod

@@ -136,3 +136,25 @@ def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_
     padded = json.dumps(BASE).encode() + b" " * (useful - len(json.dumps(BASE)))
     assert len(padded) == useful
     assert client.post(CHAT, content=padded, headers={"Content-Type": "application/json"}).status_code == 200
+
+
+@pytest.mark.parametrize("bias", [
+    {" 5": 1}, {"5 ": 1}, {"٣": 1}, {"+5": 1}, {"1_0": 1}, {"0x5": 1}, {"": 1}, {"9" * 5000: 1},  # keys: decimal token ids only
+    {"5": "10"}, {"5": True}, {"5": None}, {"5": [1]},  # biases: JSON numbers only, never coerced
+])
+def test_logit_bias_is_parsed_strictly(client, bias):
+    error = assert_openai_error(client.post(CHAT, json={**BASE, "logit_bias": bias}), 400)
+    assert error["param"].startswith("logit_bias"), error
+
+
+def test_logit_bias_takes_integer_and_float_biases(client):
+    assert client.post(CHAT, json={**BASE, "logit_bias": {"5": 10, "7": -2.5, "0": 0}}).status_code == 200
+
+
+def test_an_unenforceable_forced_tool_is_a_short_400_that_does_not_echo_the_schemas(client):
+    """The forced call's grammar holds every tool's schema; llguidance quotes its failing line."""
+    properties = {f"field_{index}": {"type": "string", "pattern": "^(?=a)a$"} for index in range(100)}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": properties}}}
+    body = {**BASE, "tools": [tool], "tool_choice": "required"}
+    error = assert_openai_error(client.post(CHAT, json=body), 400, param="tool_choice")
+    assert "look-around" in error["message"] and "field_1" not in error["message"] and len(error["message"]) < 400, error

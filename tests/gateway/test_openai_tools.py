@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 from openai import BadRequestError, OpenAI
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from service_support import assert_openai_error
 from tool_support import streamed_choice
 
@@ -92,6 +92,9 @@ def test_the_sdks_pydantic_function_tool_is_a_valid_tool():
     ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools.0.function.name"),
     ({"tools": [WEATHER, WEATHER]}, "tools"),
     ({"messages": [*ASK, {"role": "tool", "content": "21C"}]}, "messages.1.tool_call_id"),
+    ({"messages": [*ASK, {"role": "tool", "tool_call_id": "call_1", "content": "21C"}]}, "messages.1.tool_call_id"),  # no call made
+    ({"messages": [*ROUND_TRIP[:2], {**ROUND_TRIP[2], "tool_call_id": "call_2"}]}, "messages.2.tool_call_id"),  # not the call made
+    ({"messages": [ROUND_TRIP[2], *ROUND_TRIP]}, "messages.0.tool_call_id"),  # the call comes after
     ({"messages": [{"role": "user", "content": "hi", "tool_calls": ROUND_TRIP[1]["tool_calls"]}]}, "messages.0.tool_calls"),
 ])
 def test_bad_tool_requests_are_400s_naming_the_field(gateway_url, change, param):
@@ -148,3 +151,33 @@ def test_forced_calls_with_sampling_all_validate(client):
 def test_a_forced_call_cannot_be_combined_with_a_response_format(gateway_url):
     body = {**FORCED, "tool_choice": "required", "response_format": {"type": "json_object"}}
     assert_openai_error(httpx.post(f"{gateway_url}/v1/chat/completions", json=body, timeout=30), 400, param="tool_choice")
+
+
+# A model with a nested model, as pydantic writes its schema: "#/$defs/Empty" references. Short names,
+# no titles and no fields in the nested model: the tools prompt and the call must fit the tiny pair's
+# 512-token context, at about a token a character (City inside Trip: tests/gateway/test_tool_constraint.py).
+class Empty(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class V(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    t: Empty
+
+
+def untitled(schema):
+    return {key: untitled(value) for key, value in schema.items() if key != "title"} if isinstance(schema, dict) else schema
+
+
+NESTED = {"type": "function", "function": {"name": "V", "parameters": untitled(V.model_json_schema())}}
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "V"}}])
+def test_a_forced_call_to_a_tool_with_local_references_validates(client, tool_choice):
+    assert NESTED["function"]["parameters"]["properties"]["t"] == {"$ref": "#/$defs/Empty"}
+    forced = {**FORCED, "tools": [NESTED], "max_tokens": None}  # to the end of the context
+    # was a 400: "Pointer '/$defs/Empty' does not exist"
+    choice = client.chat.completions.create(**forced, tool_choice=tool_choice).choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "V" and arguments_valid(call, forced["tools"]) and json.loads(call.function.arguments) == {"t": {}}

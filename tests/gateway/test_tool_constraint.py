@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import functools
 import json
+from typing import Literal
 
 import jsonschema
 import llguidance
 import llguidance.hf
+import openai
 import pytest
+from pydantic import BaseModel
 from transformers import AutoTokenizer
 
 from gateway.protocol import ChatCompletionRequest
 from gateway.tool_calls import parse_output
-from gateway.tool_constraint import call_grammar, call_schema, request_grammar
+from gateway.tool_constraint import call_grammar, call_schema, rebased, request_grammar
 from specdec.errors import InvalidRequestError
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
@@ -105,3 +108,41 @@ def test_the_request_grammar_is_the_forced_calls_or_none_and_never_both_with_a_r
     with pytest.raises(InvalidRequestError) as raised:
         request_grammar(both)
     assert raised.value.field == "tool_choice"
+
+
+class City(BaseModel):
+    name: str
+    country: Literal["FR", "NO"]
+
+
+class Trip(BaseModel):
+    origin: City
+    stops: list[City]
+
+
+TRIP = openai.pydantic_function_tool(Trip)  # parameters with $defs and "#/$defs/City" references
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "Trip"}}])
+def test_local_references_of_a_pydantic_schema_resolve_and_are_enforced(tool_choice):
+    forced = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=[*TOOLS, TRIP], tool_choice=tool_choice)
+    grammar = request_grammar(forced)  # was a 400: Pointer '/$defs/City' does not exist
+    paris = {"name": "Paris", "country": "FR"}
+    trip = {"name": "Trip", "arguments": {"origin": paris, "stops": [{"name": "Oslo", "country": "NO"}]}}
+    assert matches(grammar, framed(trip))
+    assert not matches(grammar, framed({"name": "Trip", "arguments": {"origin": {"name": "Paris"}, "stops": []}}))
+    assert not matches(grammar, framed({"name": "Trip", "arguments": {"origin": paris, "stops": [{"name": "Oslo", "country": "SE"}]}}))
+    schema = call_schema(forced.tools, forced.tool_choice)
+    assert valid(schema, trip) and not valid(schema, {"name": "Trip", "arguments": {"origin": {**paris, "extra": 1}, "stops": []}})
+
+
+def test_references_are_rebased_but_data_and_property_names_are_not():
+    schema = {"type": "object", "$defs": {"A": {"type": "integer"}},
+              "properties": {"$ref": {"$ref": "#/$defs/A"}, "whole": {"$ref": "#"}, "remote": {"$ref": "other.json#/x"},
+                             "fixed": {"const": {"$ref": "#/$defs/A"}}, "anchor": {"$ref": "#name"}}}
+    moved = rebased(schema, "#/$defs/args_3")
+    properties = moved["properties"]
+    assert properties["$ref"] == {"$ref": "#/$defs/args_3/$defs/A"} and properties["whole"] == {"$ref": "#/$defs/args_3"}
+    assert properties["remote"] == {"$ref": "other.json#/x"} and properties["anchor"] == {"$ref": "#name"}
+    assert properties["fixed"] == {"const": {"$ref": "#/$defs/A"}}  # a value, not a reference
+    assert moved["$defs"] == schema["$defs"]

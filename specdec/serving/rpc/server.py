@@ -9,6 +9,7 @@ import functools
 import logging
 import signal
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable
 
 import grpc
@@ -128,8 +129,11 @@ async def abort_for(context: grpc.aio.ServicerContext, error: Exception) -> None
     for error_type, code in _STATUS_FOR_ERROR:
         if isinstance(error, error_type):
             await context.abort(code, str(error))
-    log.exception("internal error", exc_info=error)
-    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}")
+    # The details stay in this log, under a reference the caller can quote: a status message travels to
+    # clients (the gateway's 502), and an exception's name and text describe this code, not their request.
+    reference = uuid.uuid4().hex[:12]
+    log.error("internal error (reference %s)", reference, exc_info=error)
+    await context.abort(grpc.StatusCode.INTERNAL, f"internal error (reference {reference}); the service's log has the details")
 
 
 async def run_until_signalled(server, grace_seconds: float, name: str, announce_seconds: float = 1.0) -> None:

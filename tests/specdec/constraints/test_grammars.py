@@ -7,8 +7,8 @@ import json
 import llguidance
 import pytest
 
-from specdec.constraints.grammars import (MAX_GRAMMAR_CHARS, SCHEMA_FIELD, choice_grammar, json_schema_grammar, regex_grammar,
-                                          response_format_grammar)
+from specdec.constraints.grammars import (MAX_GRAMMAR_CHARS, MAX_REASON_CHARS, SCHEMA_FIELD, brief_reason, choice_grammar,
+                                          json_schema_grammar, lark_grammar, regex_grammar, response_format_grammar)
 from specdec.errors import InvalidRequestError
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
@@ -66,3 +66,23 @@ def test_oversized_schemas_are_refused():
 
 def test_the_grammar_is_a_json_document_carrying_the_schema():
     assert json.loads(json_schema_grammar(SCHEMA, SCHEMA_FIELD))["grammars"][0]["json_schema"]["properties"] == SCHEMA["properties"]
+
+
+def test_a_refusal_quotes_the_engines_reason_but_not_the_grammar():
+    """llguidance quotes the failing grammar line under its message: for a generated grammar, the whole schema."""
+    schema = {"type": "object", "properties": {f"field_{index}": {"type": "string", "pattern": "^(?=a)a$"} for index in range(200)}}
+    grammar = f"start: body\nbody: %json {json.dumps(schema)}\n"
+    with pytest.raises(InvalidRequestError) as raised:
+        lark_grammar(grammar, "tool_choice")
+    message = str(raised.value)
+    assert raised.value.field == "tool_choice" and "look-around" in message
+    assert "field_1" not in message and len(message) <= len("tool_choice: cannot be enforced: ") + MAX_REASON_CHARS
+
+
+def test_brief_reason_drops_quoted_source_and_caps_the_rest():
+    quoted = "at 2(6): failed to compile\n   1 | start: body\n   2 | body: %json {...}\n            ^\n"
+    assert brief_reason(quoted) == "at 2(6): failed to compile"
+    grammar = "start: " + " | ".join(f'"word{index}"' for index in range(50))
+    assert brief_reason(f"cannot parse {grammar} here", grammar) == "cannot parse <the grammar> here"
+    long = brief_reason("x" * 10_000)
+    assert len(long) == MAX_REASON_CHARS and long.endswith("…")
