@@ -30,7 +30,8 @@ class DraftServer:
         metrics = DraftMetrics()
         self.servicer = DraftServicer(settings.max_sessions, metrics, overlap=settings.overlap,
                                       batching=service_batching(config, "draft", metrics.registry), open_timeout_s=settings.stream_idle_timeout_s)
-        self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
+        self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls,
+                                                                 owner="draft service")
         draft_pb2_grpc.add_DraftServiceServicer_to_server(self.servicer, self.server)
 
     async def start(self, loaded: LoadedDrafter | None = None) -> None:
@@ -67,7 +68,10 @@ def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[Dr
 async def serve(config: SpecdecConfig) -> None:
     """Run until SIGINT/SIGTERM, then drain in-flight streams for up to grace_seconds."""
     server = DraftServer(config)
-    server.servicer.metrics.serve(config.draft_service.metrics_port)
-    log.info("draft service metrics on :%d/metrics", config.draft_service.metrics_port)
+    settings = config.draft_service
+    # /metrics on the gRPC port's interface: `specdec up` keeps both on loopback.
+    server.servicer.metrics.serve(settings.metrics_port, settings.host)
+    if settings.metrics_port:
+        log.info("draft service metrics on %s:%d/metrics", settings.host, settings.metrics_port)
     await run_until_signalled(server, config.draft_service.grace_seconds, "draft service")
 

@@ -31,7 +31,8 @@ class VerifyServer:
         self.config = config
         self.service_names = SERVICE_NAMES
         self.servicer = VerifyServicer(config)
-        self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls)
+        self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls,
+                                                                 owner="verify service")
         verify_pb2_grpc.add_VerifyServiceServicer_to_server(self.servicer, self.server)
         self.draft_channel: grpc.aio.Channel | None = None
 
@@ -99,6 +100,9 @@ def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[Ve
 async def serve(config: SpecdecConfig) -> None:
     """Run until SIGINT/SIGTERM, then drain in-flight streams for up to grace_seconds."""
     server = VerifyServer(config)
-    server.servicer.metrics.serve(config.verify_service.metrics_port)
-    log.info("verify service metrics on :%d/metrics", config.verify_service.metrics_port)
+    settings = config.verify_service
+    # /metrics on the gRPC port's interface: `specdec up` keeps both on loopback.
+    server.servicer.metrics.serve(settings.metrics_port, settings.host)
+    if settings.metrics_port:
+        log.info("verify service metrics on %s:%d/metrics", settings.host, settings.metrics_port)
     await run_until_signalled(server, config.verify_service.grace_seconds, "verify service")

@@ -164,16 +164,25 @@ def _serve_gateway(config: SpecdecConfig) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from specdec.serving.ports import listening_socket
 
     settings = config.serving
+    # Bound here, before the app is built: a busy port ends the process in one line (uvicorn would log an OSError).
+    sock = listening_socket("gateway", settings.host, settings.port)
     # uvicorn re-raises a captured SIGTERM once it has drained; exit 0 then, as the gRPC services do
     # (otherwise a clean drain reads as "killed by SIGTERM" to supervisors).
     signal.signal(signal.SIGTERM, _exit_cleanly)
     # SIGINT/SIGTERM: uvicorn stops accepting, lets open responses finish, then exits.
     # log_config=None: uvicorn keeps our JSON logging instead of installing its own text format.
-    uvicorn.run(create_app(config), host=settings.host, port=settings.port, log_level=config.observability.log_level, log_config=None,
-                timeout_graceful_shutdown=10)
-    return 0
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host=settings.host, port=settings.port, log_level=config.observability.log_level,
+                                           log_config=None, timeout_graceful_shutdown=10))
+    # uvicorn does not log where it listens when it is given the socket.
+    logging.getLogger(__name__).info("gateway on http://%s:%d", settings.host, sock.getsockname()[1])
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises a captured SIGINT once it has drained, as for SIGTERM above
+        pass
+    return 0 if server.started else 3  # 3: the app's startup failed (uvicorn.run's exit status for it)
 
 
 def _exit_cleanly(signum, frame) -> None:

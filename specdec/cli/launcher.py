@@ -16,6 +16,7 @@ from pathlib import Path
 
 from specdec.cli.processes import grpc_serving, http_ok, spawn, wait_for
 from specdec.errors import SpecdecError
+from specdec.serving.ports import bind_problem
 
 START_TIMEOUT_S = 600.0  # a large model can take minutes to load
 LOOPBACK = "127.0.0.1"
@@ -130,6 +131,7 @@ class Stack:
 
 
 def run_up(plan: UpPlan) -> int:
+    check_ports_free(plan, _file_config(plan).serving.host)
     stack = Stack()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -147,6 +149,26 @@ def run_up(plan: UpPlan) -> int:
         print("specdec up: stopping gateway, verify, draft", file=sys.stderr)
         stack.stop()
     return 0
+
+
+def check_ports_free(plan: UpPlan, gateway_host: str) -> None:
+    """Refuse, naming each busy port and the flag that moves it, before anything starts: a child on a busy
+    port would fail to bind, and the health probe could reach the other server and call the stack up."""
+    wanted = [("--gateway-port", gateway_host, plan.gateway_port), ("--draft-port", LOOPBACK, plan.draft_port),
+              ("--verify-port", LOOPBACK, plan.verify_port), ("--draft-metrics-port", LOOPBACK, plan.draft_metrics_port),
+              ("--verify-metrics-port", LOOPBACK, plan.verify_metrics_port)]
+    wanted = [(flag, host, port) for flag, host, port in wanted if port]  # 0: a metrics port that is off
+    flags_by_port: dict[int, list[str]] = {}
+    for flag, _, port in wanted:
+        flags_by_port.setdefault(port, []).append(flag)
+    shared = [f"{' and '.join(flags)} share port {port}" for port, flags in flags_by_port.items() if len(flags) > 1]
+    if shared:
+        raise SpecdecError(f"each service needs its own port: {'; '.join(shared)}")
+    problems = [(flag, f"{host}:{port}", problem) for flag, host, port in wanted if (problem := bind_problem(host, port))]
+    if problems:
+        listed = "; ".join(f"cannot listen on {address} ({flag}): {problem}" for flag, address, problem in problems)
+        flags = ", ".join(flag for flag, _, _ in problems)
+        raise SpecdecError(f"{listed}; nothing started: stop what holds {'them' if len(problems) > 1 else 'it'} or pass a free port with {flags}")
 
 
 @dataclass
@@ -218,7 +240,8 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
 
 
 def _wait_healthy(name: str, stack: Stack, probe) -> None:
-    problem = wait_for(probe, START_TIMEOUT_S, stack.failed_child, interval_s=0.3)
+    # A healthy answer counts only while every child lives: after one exited, another server answered.
+    problem = wait_for(lambda: probe() and stack.failed_child() is None, START_TIMEOUT_S, stack.failed_child, interval_s=0.3)
     if problem:
         raise SpecdecError(f"{name} did not start: {problem}")
     print(f"specdec up: {name} is healthy", file=sys.stderr)

@@ -18,6 +18,8 @@ import resource
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from specdec.serving.ports import bare_host, describe_os_error, listen_error
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _ROUND_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _DRAFT_LENGTH_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
@@ -39,10 +41,14 @@ class ServiceMetrics:
         self.device_memory_total.labels("cpu").set_function(_host_memory_bytes)
         self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "Draft tokens proposed", registry=registry)
 
-    def serve(self, port: int) -> None:
-        """Serve /metrics on `port` (0 = do not serve)."""
-        if port:
-            start_http_server(port, registry=self.registry)
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        """Serve /metrics on host:port (port 0 = do not serve); a port it cannot listen on is a SpecdecError."""
+        if not port:
+            return
+        try:
+            start_http_server(port, addr=bare_host(host), registry=self.registry)
+        except OSError as error:
+            raise listen_error(f"{self.service} service metrics", f"{host}:{port}", describe_os_error(error)) from None
 
 
 class _RequestSpeculation(ServiceMetrics):

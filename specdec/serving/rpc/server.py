@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from specdec.serving.config import TlsSection
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError, describe_validation_error
 from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.ports import bind_problem, check_can_listen, listen_error, split_address
 from specdec.serving.rpc.tls import channel_credentials, server_credentials
 from specdec.serving.rpc.undecodable import RefuseUndecodable
 from specdec.serving.telemetry import grpc_client_interceptors, grpc_server_interceptors
@@ -46,23 +47,35 @@ SERVER_OPTIONS = [
     # dns:/// round-robin reach replicas added since. Streams in flight get the grace to finish.
     ("grpc.max_connection_age_ms", 300_000),
     ("grpc.max_connection_age_grace_ms", 600_000),
+    # gRPC sets SO_REUSEPORT by default: a second server on a busy port would then bind too and the
+    # kernel would split connections between the two. Off, a busy port is an error at start.
+    ("grpc.so_reuseport", 0),
 ]
 
 
-def create_server(address: str, service_names: Iterable[str], tls: TlsSection | None = None) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+def create_server(address: str, service_names: Iterable[str], tls: TlsSection | None = None,
+                  owner: str = "gRPC server") -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """An aio server bound to `address` with health (NOT_SERVING until `mark_serving`) and reflection.
 
-    Returns (server, bound port, health servicer); port 0 in `address` picks a free port.
+    Returns (server, bound port, health servicer); port 0 in `address` picks a free port. An address it
+    cannot listen on is a SpecdecError naming `owner`, the address and why.
     """
+    host_port = split_address(address)
+    if host_port is not None:
+        check_can_listen(owner, *host_port)  # a clear reason: gRPC's own error does not say why
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[RefuseUndecodable(), *grpc_server_interceptors()])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
     credentials = server_credentials(tls) if tls is not None and tls.server_enabled else None
-    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    try:
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError:  # taken between the check and the bind, or a form the check does not read
+        port = 0
     if port == 0:
-        raise SpecdecError(f"could not bind {address}")
+        reason = bind_problem(*host_port) if host_port is not None else None
+        raise listen_error(owner, address, reason or "gRPC could not bind it")
     return server, port, health_servicer
 
 

@@ -96,8 +96,8 @@ def test_up_with_api_keys_set_comes_up_and_serves_only_with_a_key(tmp_path):
         reply = _chat(ports, "target", 8, key=key)
         assert reply["choices"][0]["message"]["content"]
         _chat(ports, "target", 8, status=401)
-        # The gRPC ports have no authentication: `up` keeps them on the loopback interface.
-        for flag in ("--draft-port", "--verify-port"):
+        # The gRPC and metrics ports have no authentication: `up` keeps them on the loopback interface.
+        for flag in ("--draft-port", "--verify-port", "--draft-metrics-port", "--verify-metrics-port"):
             assert _listening_addresses(ports[flag]) == {"127.0.0.1"}, (flag, _listening_addresses(ports[flag]))
 
 
