@@ -44,6 +44,7 @@ class BenchOptions:
     temperature: float = 0.0
     seed: int = 0
     num_draft_tokens: int | None = None
+    acceptance: str | None = None  # "rejection" or "coupled" for the on requests (None: the server's)
     speculation_policy: str | None = None  # "always": the on requests draft whatever the load-aware policy says
     out: Path | None = None
     plot: bool = True
@@ -273,7 +274,8 @@ def make_record(index: int, prompt: Prompt, mode: str, timing: tuple[float, list
 def request_body(options: BenchOptions, model: str, prompt: Prompt, mode: str) -> dict:
     draft_tokens = {"num_draft_tokens": options.num_draft_tokens} if options.num_draft_tokens else {}
     policy = {"policy": options.speculation_policy} if options.speculation_policy else {}
-    speculative = {"enabled": True, **draft_tokens, **policy} if mode == "on" else {"enabled": False}
+    acceptance = {"acceptance": options.acceptance} if options.acceptance else {}
+    speculative = {"enabled": True, **draft_tokens, **acceptance, **policy} if mode == "on" else {"enabled": False}
     return {"model": model, "messages": prompt.messages, "max_tokens": options.max_tokens, "temperature": options.temperature,
             "seed": options.seed, "stream": True, "stream_options": {"include_usage": True}, "speculative": speculative}
 

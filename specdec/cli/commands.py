@@ -291,7 +291,8 @@ def bench(args: argparse.Namespace) -> int:
         url=args.url, api_key=args.api_key, model=args.model, prompts=args.prompts or DEFAULT_PROMPTS, limit=args.limit,
         categories=[c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None,
         concurrency=parse_int_list(args.concurrency, "--concurrency"), max_tokens=args.max_tokens, temperature=args.temperature,
-        seed=args.seed, num_draft_tokens=args.num_draft_tokens, speculation_policy=args.speculation_policy, out=args.out, plot=not args.no_plot,
+        seed=args.seed, num_draft_tokens=args.num_draft_tokens, acceptance=args.acceptance, speculation_policy=args.speculation_policy,
+        out=args.out, plot=not args.no_plot,
         baseline=args.baseline, target=args.target, draft=args.draft,
         command=shlex.join(["specdec", "bench", *_effective_flags(args, hidden=("command", "api_key", "config"))]),
     )
