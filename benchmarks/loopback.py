@@ -35,6 +35,7 @@ class Services:
         self.pids = {name: process.pid for name, process in stack.children}
         self.url = f"http://127.0.0.1:{plan.gateway_port}"
         self.verify_address = f"127.0.0.1:{plan.verify_port}"
+        self.draft_address = f"127.0.0.1:{plan.draft_port}"
         self.metrics = {"draft": f"http://127.0.0.1:{plan.draft_metrics_port}/metrics",
                         "verify": f"http://127.0.0.1:{plan.verify_metrics_port}/metrics", "gateway": f"{self.url}/metrics"}
 

@@ -12,6 +12,7 @@ import grpc
 from opentelemetry import trace
 
 from specdec.batching import BatchingOptions
+from specdec.constraints.grammars import check_grammar_size
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
@@ -58,6 +59,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         self.streams = StreamGate(open_timeout_s, max_sessions, "draft_service")
         self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
         self._status: dict = {}
+        self.grammar_setups = asyncio.Semaphore(1)
 
     def set_drafter(self, loaded: LoadedDrafter) -> None:
         self._status = loaded.status()
@@ -108,7 +110,13 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
         try:
-            request = self._draft_request(message.open, sequence)
+            check_grammar_size(message.open.grammar, "open.grammar")  # the cheap limit first, before any grammar work
+            # NOTE: in a worker, one at a time: building a grammar's matcher over the draft's vocabulary can take seconds.
+            if message.open.grammar:
+                async with self.grammar_setups:
+                    request = await self._run(self._draft_request, message.open, sequence)
+            else:
+                request = await self._run(self._draft_request, message.open, sequence)
             return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request), request.draft_ahead_tokens)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, CompletionTokensDetails, SpeculativeStats, Usage, new_id, now
 from gateway.tool_calls import OutputDelta, ParsedCall, ToolCallParser
+from gateway.tool_constraint import forces_call
 from gateway.upstream import Upstream, generate_request
 from specdec.v1 import common_pb2, verify_pb2
 
@@ -154,13 +155,18 @@ def speculative(request: OpenAIRequest, choices: list[Choice]) -> SpeculativeSta
     )
 
 
+def grammar_param(request: OpenAIRequest) -> str:
+    """The field a grammar verify refuses came from: the forced tool call's, or response_format's."""
+    return "tool_choice" if forces_call(request) else "response_format"
+
+
 async def run_all(upstream: Upstream, completion: Completion) -> list[Choice]:
     """All n choices, concurrently; any error cancels the others and propagates."""
     request = completion.request
 
     async def one(index: int) -> Choice:
         choice = completion.new_choice(index)
-        async for response in upstream.generate(generate_request(request, index)):
+        async for response in upstream.generate(generate_request(request, index), grammar_param(request)):
             choice.add(response)
         return choice
 
@@ -171,7 +177,7 @@ async def open_streams(upstream: Upstream, request: OpenAIRequest) -> list[tuple
     """Start every choice's stream and wait for its first message, so errors still get an HTTP status."""
 
     async def first(index: int):
-        stream = upstream.generate(generate_request(request, index))
+        stream = upstream.generate(generate_request(request, index), grammar_param(request))
         try:
             return await anext(stream), stream
         except BaseException:

@@ -10,9 +10,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from gateway.tool_protocol import MAX_TOOLS, FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
+from gateway.tool_protocol import FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
 from specdec.errors import InvalidRequestError
-from specdec.limits import INT32_MAX, MaxTokens, Seed, TokenId, TopK, TopLogprobs
+from specdec.limits import (CHAT_ROLES, INT32_MAX, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, FrequencyPenalty, MaxTokens, MinP, NumDraftTokens,
+                            PresencePenalty, RepetitionPenalty, Seed, Temperature, TokenId, TopK, TopLogprobs, TopP)
 
 
 def _encodable(value):
@@ -64,7 +65,7 @@ class SpeculativeOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool | None = None
-    num_draft_tokens: int | None = Field(None, ge=1, le=64)
+    num_draft_tokens: NumDraftTokens | None = None
     acceptance: Literal["rejection", "coupled"] | None = None
     # always: draft every round whatever the server's load-aware policy says (fallback still applies)
     policy: Literal["auto", "always"] | None = None
@@ -87,7 +88,7 @@ class TextPart(BaseModel):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal[CHAT_ROLES]
     content: str | list[TextPart] | None = None
     name: str | None = None  # accepted; rendered for tool results only
     tool_calls: list[ToolCall] | None = Field(None, description="role assistant: the calls a response made")
@@ -176,19 +177,19 @@ def _logit_bias(value: dict[str, float] | None) -> dict[int, float] | None:
 
 class _SamplingRequest(_Request):
     model: str
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     top_k: TopK | None = Field(None, description="extension: 0 = off")
-    min_p: float | None = Field(None, ge=0.0, le=1.0, description="extension")
+    min_p: MinP | None = Field(None, description="extension")
     seed: Seed | None = None
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
     speculative: SpeculativeOptions | None = None
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, allow_inf_nan=False)
-    repetition_penalty: float | None = Field(None, gt=0.0, allow_inf_nan=False, description="extension (Hugging Face / CTRL); 1 = off")
+    frequency_penalty: FrequencyPenalty | None = None
+    presence_penalty: PresencePenalty | None = None
+    repetition_penalty: RepetitionPenalty | None = None
     # strict: a JSON number (an integer too), never "10" or true
     logit_bias: dict[str, Annotated[float, Field(strict=True, allow_inf_nan=False)]] | None = None
     # Harmless no-ops, accepted and listed in the README: nothing is stored, nothing is billed.
@@ -209,8 +210,10 @@ class _SamplingRequest(_Request):
     @classmethod
     def _stop_list(cls, value: str | list[str] | None) -> list[str]:
         stops = [] if value is None else [value] if isinstance(value, str) else value
-        if len(stops) > 16:
-            raise ValueError("at most 16 stop sequences")
+        if len(stops) > MAX_STOP_SEQUENCES:
+            raise ValueError(f"at most {MAX_STOP_SEQUENCES} stop sequences")
+        if any(len(stop) > MAX_STOP_CHARS for stop in stops):
+            raise ValueError(f"each stop sequence has at most {MAX_STOP_CHARS} characters")
         return stops
 
     @property

@@ -10,12 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specdec.constraints.grammars import MAX_GRAMMAR_CHARS, brief_reason
 from specdec.errors import InvalidRequestError
+from specdec.limits import MAX_TOOLS, TOOL_NAME_PATTERN
 
-MAX_TOOLS = 128  # OpenAI's own limit
 # All tools' parameter schemas together, as JSON text: a forced call's grammar holds them all, and
 # their meta-schema checks cost seconds of CPU at this size.
 MAX_TOOL_SCHEMA_CHARS = MAX_GRAMMAR_CHARS
-
 
 
 class _Closed(BaseModel):
@@ -38,7 +37,7 @@ def check_json_schema(schema: dict, field: str) -> None:
 
 
 class FunctionDefinition(_Closed):
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = Field(None, description="a JSON schema of the arguments object")
     strict: bool | None = Field(None, description="accepted; arguments are enforced by the grammar when tool_choice forces a call")

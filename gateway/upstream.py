@@ -62,24 +62,26 @@ class Upstream:
         except asyncio.TimeoutError as error:
             raise unavailable(f"the verify service at {self.settings.verify_endpoint} is unreachable") from error
 
-    async def generate(self, request: verify_pb2.GenerateRequest) -> AsyncIterator[verify_pb2.GenerateResponse]:
-        """Stream one generation; cancelling the consumer cancels the gRPC call (sessions are freed)."""
+    async def generate(self, request: verify_pb2.GenerateRequest, grammar_param: str = "response_format") -> AsyncIterator[verify_pb2.GenerateResponse]:
+        """Stream one generation; cancelling the consumer cancels the gRPC call (sessions are freed).
+        `grammar_param`: the request field verify's grammar came from (response_format, or tool_choice)."""
         await self._connected()
         call = self.stub.Generate(request, timeout=self.settings.request_timeout_s)
         try:
             async for response in call:
                 yield response
         except grpc.aio.AioRpcError as error:
-            raise http_error(error) from error
+            raise http_error(error, grammar_param) from error
         finally:
             call.cancel()
 
 
-def http_error(error: grpc.aio.AioRpcError) -> OpenAIError:
+def http_error(error: grpc.aio.AioRpcError, grammar_param: str = "response_format") -> OpenAIError:
     code, details = error.code(), error.details() or ""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         match = _FIELD.match(details)
-        param = _PARAM_NAMES.get(match.group(1), match.group(1)) if match else None
+        names = {**_PARAM_NAMES, "grammar": grammar_param, "options.grammar": grammar_param}
+        param = names.get(match.group(1), match.group(1)) if match else None
         return bad_request(details, param)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return overloaded(f"the verify service is at capacity: {details}", retry_after_s=1)

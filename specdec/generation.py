@@ -70,7 +70,7 @@ class SpeculativeGenerator:
                                                          "specdec.acceptance": request.effective_acceptance.value})
         parent = trace.set_span_in_context(span)
         target = TargetSession(self.target, request, self.runner)
-        draft = _Draft(self._open_draft_under(parent, request, stats), stats, span)
+        draft = _Draft(self._open_draft_under(parent, request, target.constraint, stats), stats, span)
         finished = False
         try:
             for index in itertools.count():
@@ -133,11 +133,12 @@ class SpeculativeGenerator:
         auto = request.speculative and request.speculation_policy is SpeculationPolicy.AUTO and not request.prediction_ids
         return self.load_policy if auto else None
 
-    def _open_draft_under(self, parent, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
+    def _open_draft_under(self, parent, request: GenerationRequest, constraint: GrammarConstraint | None,
+                          stats: GenerationStats) -> DraftSession | None:
         # Attached only for this call, so a remote draft's stream becomes a child of `generate`.
         token = otel_context.attach(parent)
         try:
-            return self._open_draft(request, stats)
+            return self._open_draft(request, constraint, stats)
         finally:
             otel_context.detach(token)
 
@@ -149,7 +150,7 @@ class SpeculativeGenerator:
             return 0
         return min(request.num_draft_tokens, max(0, request.max_tokens - 2))
 
-    def _open_draft(self, request: GenerationRequest, stats: GenerationStats) -> DraftSession | None:
+    def _open_draft(self, request: GenerationRequest, constraint: GrammarConstraint | None, stats: GenerationStats) -> DraftSession | None:
         # The request's prediction (if any) is drafted from first, here beside the verifier: no round trip for it.
         drafter = with_prediction(self.drafter, request.prediction_ids, request.num_draft_tokens)
         if not request.speculative or drafter is None:
@@ -165,8 +166,8 @@ class SpeculativeGenerator:
             penalties=request.penalties,
             prediction_ids=tuple(request.prediction_ids),
             draft_ahead_tokens=self._ahead_of_first_token(request),
-            # The draft's own matcher: it drafts ahead in another thread while the target verifies.
-            constraint=GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), self.target, self.target.vocab_size),
+            # The draft's own matcher (a copy of the target's): it drafts ahead in another thread while the target verifies.
+            constraint=constraint.fork() if constraint is not None else None,
         )
         try:
             return drafter.open(draft_request)

@@ -1,5 +1,7 @@
-"""The numeric ranges of request fields: one definition for the HTTP schema (gateway/protocol.py), the
-core's models (SamplingParams, GenerationRequest) and the gRPC messages that carry them between.
+"""The ranges of request fields and the limits on requests: one definition for the HTTP schema
+(gateway/protocol.py), the core's models (SamplingParams, GenerationRequest) and the gRPC services,
+which enforce the same limits on direct callers as the gateway does on HTTP clients
+(docs/reliability.md lists each limit, where it is enforced, and what a client gets past it).
 
 Every bound fits the proto field's type (int32, uint32, uint64), so a value the schema accepts can
 always be put on the wire: past it, the request is a 400 naming the field, never a 500 while the
@@ -22,9 +24,28 @@ MAX_DRAFT_TOKENS = 64  # K per round; more only ties up a worker
 # claimed width, so the claim must be bounded.
 MAX_VOCAB_SIZE = 2**20
 
+MAX_GRAMMAR_CHARS = 256 * 1024  # a grammar (or the schema it is built from) larger than this is refused
+MAX_STOP_SEQUENCES = 16
+MAX_STOP_CHARS = 1024  # per stop sequence; longer ones could never end an output that fits a context anyway
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+MAX_LOGIT_BIAS_ENTRIES = 1024
+MAX_TOOLS = 128  # OpenAI's own limit
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"  # OpenAI's function names
+# Sampling and penalty ranges, as OpenAI's API sets them; repetition_penalty (an extension) is bounded so
+# that logits / r and logits * r stay finite.
+MAX_TEMPERATURE = 2.0
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
+
 TopK = Annotated[int, Field(ge=0, le=INT32_MAX, description="0 disables top-k")]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Seed = Annotated[int, Field(ge=0, le=UINT64_MAX)]
 MaxTokens = Annotated[int, Field(ge=1, le=UINT32_MAX)]
 TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
 NumDraftTokens = Annotated[int, Field(ge=1, le=MAX_DRAFT_TOKENS)]
+Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+MinP = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+PresencePenalty = Annotated[float, Field(ge=-2.0, le=2.0, allow_inf_nan=False)]
+FrequencyPenalty = PresencePenalty
+RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY, allow_inf_nan=False,
+                                           description="extension (Hugging Face / CTRL); 1 = off")]

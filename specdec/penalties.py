@@ -22,9 +22,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specdec.errors import InvalidRequestError
+from specdec.limits import MAX_LOGIT_BIAS_ENTRIES, FrequencyPenalty, PresencePenalty, RepetitionPenalty
 from specdec.tree import ancestor_mask
 
-MAX_LOGIT_BIAS_ENTRIES = 1024
 
 
 class Penalties(BaseModel):
@@ -32,9 +32,9 @@ class Penalties(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0, allow_inf_nan=False, description="extension; 1 = off")
+    presence_penalty: PresencePenalty = 0.0
+    frequency_penalty: FrequencyPenalty = 0.0
+    repetition_penalty: RepetitionPenalty = 1.0
     logit_bias: dict[int, float] = Field(default_factory=dict, description="token id -> bias in [-100, 100]")
 
     @field_validator("logit_bias")

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdec.limits import TopK
+from specdec.limits import MinP, Temperature, TopK, TopP
 
 
 class SamplingParams(BaseModel):
@@ -20,10 +20,10 @@ class SamplingParams(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: Temperature = 1.0
+    top_p: TopP = 1.0
     top_k: TopK = 0
-    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    min_p: MinP = 0.0
 
     @property
     def is_greedy(self) -> bool:

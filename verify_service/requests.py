@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 from pydantic import ValidationError
 
+from specdec.constraints.grammars import check_grammar_size
+from specdec.constraints.matcher import GrammarConstraint
+from specdec.limits import CHAT_ROLES, MAX_DRAFT_TOKENS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, TOOL_NAME_PATTERN
 from specdec.serving.config import SpecdecConfig
 from specdec.enums import SpeculationPolicy
 from specdec.errors import InvalidRequestError, check_token_ids, field_path
@@ -17,10 +21,20 @@ from specdec.serving.rpc.convert import acceptance_from_proto, penalties_from_pr
 from specdec.serving.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
 from specdec.v1 import verify_pb2
 
-VERIFY_MAX_CANDIDATES = 64
+VERIFY_MAX_CANDIDATES = MAX_DRAFT_TOKENS  # a client-drafted block, as a draft service's
 _POLICY_FROM_PROTO = {verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy.AUTO,
                       verify_pb2.SPECULATION_POLICY_AUTO: SpeculationPolicy.AUTO,
                       verify_pb2.SPECULATION_POLICY_ALWAYS: SpeculationPolicy.ALWAYS}
+
+
+def check_request_limits(options: verify_pb2.GenerationOptions) -> None:
+    """The gateway's limits on what costs work before the first token (grammar size, stop strings),
+    enforced on direct gRPC callers too; O(fields), cheap on the event loop, before any grammar work."""
+    check_grammar_size(options.grammar, "options.grammar")
+    if len(options.stop) > MAX_STOP_SEQUENCES:
+        raise InvalidRequestError("options.stop", f"at most {MAX_STOP_SEQUENCES} stop sequences, got {len(options.stop)}")
+    if any(len(stop) > MAX_STOP_CHARS for stop in options.stop):
+        raise InvalidRequestError("options.stop", f"each stop sequence has at most {MAX_STOP_CHARS} characters")
 
 
 def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, max_chars: int) -> int:
@@ -78,6 +92,9 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Loade
 
 
 def chat_turns(chat: verify_pb2.ChatMessages) -> list[ChatTurn]:
+    for index, message in enumerate(chat.messages):
+        if message.role not in CHAT_ROLES:
+            raise InvalidRequestError(f"options.chat.messages[{index}].role", f"must be one of {', '.join(CHAT_ROLES)}, got {message.role!r}")
     return [ChatTurn(m.role, m.content, tuple(ToolCallText(c.id, c.name, c.arguments) for c in m.tool_calls), m.tool_call_id, m.name)
             for m in chat.messages]
 
@@ -90,9 +107,18 @@ def chat_tools(chat: verify_pb2.ChatMessages) -> list[dict]:
         tools = json.loads(chat.tools_json)
     except ValueError as error:
         raise InvalidRequestError("options.chat.tools_json", f"is not JSON: {error}") from error
-    if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
-        raise InvalidRequestError("options.chat.tools_json", "must be a JSON array of tool objects")
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS or not all(map(_is_function_tool, tools)):
+        raise InvalidRequestError("options.chat.tools_json", f"must be a JSON array of at most {MAX_TOOLS} tools, each "
+                                                             '{"type": "function", "function": {"name": ..., "parameters": {...}}}')
     return tools
+
+
+def _is_function_tool(tool) -> bool:
+    """The shape the gateway's FunctionTool checks, as far as rendering the prompt relies on it."""
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return (isinstance(function, dict) and tool.get("type") == "function" and isinstance(function.get("name"), str)
+            and re.fullmatch(TOOL_NAME_PATTERN, function["name"]) is not None
+            and isinstance(function.get("parameters", {}), dict) and isinstance(function.get("description", ""), str))
 
 
 def generation_request(options: verify_pb2.GenerationOptions, target: LoadedModel, config: SpecdecConfig, prediction: str = "",
@@ -126,11 +152,14 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
     if problem:
         raise InvalidRequestError("options.acceptance", problem)
     try:
-        return GenerationRequest(**fields)
+        request = GenerationRequest(**fields)
     except ValidationError as error:
         item = error.errors()[0]
         field = field_path(item["loc"]) or "options"
         raise InvalidRequestError(field, item["msg"]) from error
+    # Compiled and probed here (refused: a 400 before any output); the session copies the cached matcher.
+    GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), target, target.vocab_size, "options.grammar")
+    return request
 
 
 def default_max_tokens(prompt_tokens: int, target: LoadedModel, config: SpecdecConfig) -> int:

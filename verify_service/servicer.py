@@ -30,14 +30,15 @@ from specdec.serving.rpc.streams import StreamGate
 from specdec.target_session import TargetSession
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
-from verify_service.requests import VERIFY_MAX_CANDIDATES, check_prediction_size, check_prompt_size, generate_overrides, generation_request
+from verify_service.requests import (VERIFY_MAX_CANDIDATES, check_prediction_size, check_prompt_size, check_request_limits, generate_overrides,
+                                     generation_request)
 from verify_service.responses import generate_response, verify_response
 
 log = logging.getLogger(__name__)
 # The client drafts, so it picks K: the budget stays the fixed cap, never adaptive. NOTE: Verify verifies chains only.
 VERIFY_OVERRIDES = {"num_draft_tokens": VERIFY_MAX_CANDIDATES, "speculative": True, "adaptive_k": False, "tree_branching": 0}
 PREP_WORKERS = 2  # tokenizing and checking requests: off the event loop, and apart from the generation workers
-LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time: short ones always find a free prep worker
+LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time (as grammars are compiled): short ones find a free prep worker
 
 
 class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
@@ -54,7 +55,8 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.executor = ThreadPoolExecutor(max_workers=min(32, settings.max_sessions), thread_name_prefix="verify")
         self.prep = ThreadPoolExecutor(max_workers=PREP_WORKERS, thread_name_prefix="verify-prep")
         self.streams = StreamGate(settings.stream_idle_timeout_s, settings.max_unopened_streams_per_peer, "verify_service")
-        self.large_prompts = asyncio.Semaphore(1)
+        # Long prompts and grammars are prepared one at a time: short plain requests always find a free prep worker.
+        self.heavy_setups = asyncio.Semaphore(1)
         self.max_prompt_chars = 0  # set with the target
 
     def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
@@ -79,16 +81,17 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
 
     async def _generation_request(self, options: verify_pb2.GenerationOptions, target: LoadedModel, context,
                                   overrides: Callable[[], dict]):
-        """Check the prompt's size (cheap, here), then tokenize and validate in a prep worker;
-        `overrides()` gives the request-level fields (refused with the rest)."""
+        """Check the cheap limits (here, on the loop), then tokenize, validate and compile the grammar in a
+        prep worker; `overrides()` gives the request-level fields (refused with the rest)."""
         try:
+            check_request_limits(options)
             fields = overrides()
             prepare = functools.partial(generation_request, options, target, self.config, **fields)
             characters = (check_prompt_size(options, target.max_context, self.max_prompt_chars)
                           + check_prediction_size(fields.get("prediction", ""), target.max_context, self.max_prompt_chars))
-            if characters < LARGE_PROMPT_CHARS:
+            if characters < LARGE_PROMPT_CHARS and not options.grammar:
                 return await run_in_thread(self.prep, prepare)
-            async with self.large_prompts:
+            async with self.heavy_setups:
                 return await run_in_thread(self.prep, prepare)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)

@@ -18,8 +18,8 @@ from typing import Any
 import llguidance
 
 from specdec.errors import InvalidRequestError
+from specdec.limits import MAX_GRAMMAR_CHARS
 
-MAX_GRAMMAR_CHARS = 256 * 1024  # a grammar (or schema) larger than this is refused
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 RESPONSE_FORMAT_FIELD = "response_format"
 SCHEMA_FIELD = "response_format.json_schema.schema"
@@ -78,10 +78,15 @@ def lark_grammar(text: str, field: str) -> str:
     return checked_grammar(llguidance.LLMatcher.grammar_from_lark(text), field)
 
 
-def checked_grammar(grammar: str, field: str) -> str:
-    """`grammar` if the engine can enforce it, else an InvalidRequestError naming `field`."""
+def check_grammar_size(grammar: str, field: str) -> None:
+    """The cheap check, made before any grammar work (on every door: gateway, verify, draft)."""
     if len(grammar) > MAX_GRAMMAR_CHARS:
         raise InvalidRequestError(field, f"is too large ({len(grammar)} characters of grammar; at most {MAX_GRAMMAR_CHARS})")
+
+
+def checked_grammar(grammar: str, field: str) -> str:
+    """`grammar` if the engine can enforce it, else an InvalidRequestError naming `field`."""
+    check_grammar_size(grammar, field)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
         raise InvalidRequestError(field, f"cannot be enforced: {brief_reason(messages[0], grammar)}")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from specdec.constraints.grammars import json_schema_grammar, regex_grammar
-from specdec.constraints.matcher import GrammarConstraint, grammar_prefix
+from specdec.constraints import matcher
+from specdec.constraints.matcher import GrammarConstraint, compiled_matcher, grammar_prefix
 from specdec.errors import InvalidRequestError
 
 PROMPT = [5, 6, 7, 8]
@@ -93,3 +94,48 @@ def test_a_grammar_the_vocabulary_cannot_build_is_refused_naming_the_field(make)
     with pytest.raises(InvalidRequestError) as caught:
         make('{"grammars": [{"lark_grammar": "start: nope"}]}')
     assert caught.value.field == "grammar"
+
+
+# --- failing closed ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("grammar", [regex_grammar("a{1000000}", "regex"),
+                                     json_schema_grammar({"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}},
+                                                          "required": ["code"]}, "schema")], ids=["repeat", "nested-repeat-pattern"])
+def test_a_grammar_whose_lexer_blows_up_once_matching_starts_is_refused_when_built(make, grammar):
+    with pytest.raises(InvalidRequestError, match="^grammar: cannot be enforced: lexer error"):
+        make(grammar)
+
+
+@pytest.mark.parametrize("schema", [{"$ref": "#"}, {"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}],
+                         ids=["self", "mutual"])
+def test_a_grammar_no_output_satisfies_is_refused_as_unsatisfiable(make, schema):
+    with pytest.raises(InvalidRequestError, match="is unsatisfiable"):
+        make(json_schema_grammar(schema, "schema"))
+    with pytest.raises(InvalidRequestError, match="is unsatisfiable"):
+        make(regex_grammar("[^\\s\\S]", "regex"))
+
+
+def test_a_matcher_that_fails_mid_generation_ends_it_instead_of_allowing_everything(make, encode, monkeypatch):
+    # As if the blow-up came past the probe's steps: nothing probed, so the constraint is built.
+    monkeypatch.setattr(matcher, "PROBE_STEPS", 0)
+    grammar = regex_grammar("a{1000001}", "regex")
+    try:
+        constraint = make(grammar)
+        assert constraint.allowed(PROMPT).any()
+        with pytest.raises(InvalidRequestError, match="cannot be enforced: lexer error.*after 0 generated tokens"):
+            constraint.allowed_along(PROMPT, encode("a"))  # was: the row after "a" allowed every token
+    finally:
+        compiled_matcher.cache_clear()  # the unprobed matcher must not serve later tests
+
+
+def test_constraints_copy_one_compiled_matcher_and_forks_keep_their_state(make, encode):
+    compiled_matcher.cache_clear()
+    grammar = regex_grammar("(cat|dog) [a-z]+", "regex")
+    first, second = make(grammar), make(grammar)
+    assert compiled_matcher.cache_info().misses == 1 and compiled_matcher.cache_info().hits == 1
+    cat = encode("cat")
+    first.allowed(PROMPT + cat)
+    fork = first.fork()
+    assert fork.consumed == first.consumed == cat and fork.matcher is not first.matcher
+    assert torch.equal(fork.allowed(PROMPT + cat), second.allowed(PROMPT + cat))
