@@ -39,6 +39,12 @@ class Services:
         self.metrics = {"draft": f"http://127.0.0.1:{plan.draft_metrics_port}/metrics",
                         "verify": f"http://127.0.0.1:{plan.verify_metrics_port}/metrics", "gateway": f"{self.url}/metrics"}
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """User + system CPU time each service has used so far (/proc/PID/stat; clock ticks of 1/100 s)."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        fields = {name: Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split() for name, pid in self.pids.items()}
+        return {name: round((int(values[11]) + int(values[12])) / ticks, 2) for name, values in fields.items()}
+
     def rss(self) -> dict[str, float]:
         return {name: round(rss_mib(pid), 1) for name, pid in self.pids.items()}
 

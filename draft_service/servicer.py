@@ -22,6 +22,7 @@ from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
 from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import DraftMetrics
+from specdec.serving.pacing import KeyedRefusalPacing
 from specdec.models import LoadedModel
 from specdec.serving.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
 from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("specdec.draft")
 DEFAULT_DRAFT_TOP_K = 32
 MAX_TREE_NODES = 256  # per tree block, as GenerationRequest.tree_nodes allows
+OVERSIZED_REFUSALS_PER_S = 4  # per peer: opens over a size limit, answered at this pace
 MODEL_FREE_MAX_TOKENS = 2**20  # the sequence an n-gram session may mirror (it has no context of its own)
 
 
@@ -60,6 +62,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
         self._status: dict = {}
         self.grammar_setups = asyncio.Semaphore(1)
+        self.oversized = KeyedRefusalPacing(OVERSIZED_REFUSALS_PER_S)
 
     def set_drafter(self, loaded: LoadedDrafter) -> None:
         self._status = loaded.status()
@@ -110,7 +113,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
         try:
-            check_grammar_size(message.open.grammar, "open.grammar")  # the cheap limit first, before any grammar work
+            await self._within_limits(message.open, context)  # the cheap limit first, before any grammar work
             # NOTE: in a worker, one at a time: building a grammar's matcher over the draft's vocabulary can take seconds.
             if message.open.grammar:
                 async with self.grammar_setups:
@@ -120,6 +123,14 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request), request.draft_ahead_tokens)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
+
+    async def _within_limits(self, opening: draft_pb2.ProposeOpen, context: grpc.aio.ServicerContext) -> None:
+        """The grammar's size cap; a refusal past it is paced per peer (verify never sends one)."""
+        try:
+            check_grammar_size(opening.grammar, "open.grammar")
+        except InvalidRequestError:
+            await self.oversized.pace(context.peer())
+            raise
 
     def _draft_request(self, opening: draft_pb2.ProposeOpen, sequence: SequenceCheck) -> DraftRequest:
         theirs, ours = opening.vocab_fingerprint, self._status.get("vocab_fingerprint", "")

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.body_limit import BodySizeLimit
 from gateway.errors import install_error_handlers
 from gateway.playground import install_playground
+from gateway.refusal_pacing import ClientRefusalPacing
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
 from gateway.security_headers import SecurityHeaders
 from gateway.service import Gateway
@@ -41,11 +42,15 @@ def create_app(config: SpecdecConfig | None = None) -> FastAPI:
     app.include_router(_operational_routes(gateway))
     install_playground(app)
 
+    refusals = ClientRefusalPacing(config.serving.refusals_per_s_per_client)
+
     @app.middleware("http")
     async def audit_requests(request: Request, call_next):
         request.state.started = time.perf_counter()
         request.state.request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         response = await call_next(request)
+        if request.url.path.startswith("/v1/"):
+            await refusals.pace(request, response.status_code)
         response.headers["x-request-id"] = request.state.request_id
         # Streams are audited when they end; health checks and scrapes are not requests.
         if request.url.path.startswith("/v1/") and not getattr(request.state, "streaming", False):

@@ -4,14 +4,13 @@ bodies whose Content-Length no request that fits the model could need, before re
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import OpenAIError
+from specdec.serving.pacing import RefusalPacer
 
 
 class _TooLarge(HTTPException):
@@ -31,39 +30,6 @@ def largest_useful_body(max_prompt_chars: int) -> int:
     """The largest body a request whose prompt can fit may have: a prompt and a prediction of
     `max_prompt_chars` characters each, every character escaped, and the other fields."""
     return 2 * ESCAPED_BYTES_PER_CHAR * max_prompt_chars + OTHER_FIELDS_BYTES
-
-
-class RefusalPacer:
-    """At most `per_second` refusals answered a second; the others wait their turn, up to `max_waiting`
-    of them (beyond that, answered at once with the connection closed: shed).
-
-    NOTE: after a 413 the server still receives the rest of the body, to keep the connection (a client
-    reads the answer only once its upload is done, and a connection closed under an upload may lose
-    the answer with it): megabytes of kernel copies and parsing per refusal, on the loop every request
-    shares. A client looping oversized uploads would take that much of the host; paced, it waits with
-    its upload paused (the server reads nothing meanwhile). A lone refusal is answered at once."""
-
-    def __init__(self, per_second: float, max_waiting: int = 64, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-        self.interval_s = 1.0 / per_second
-        self.max_waiting = max_waiting
-        self.clock, self.sleep = clock, sleep
-        self.next_turn = 0.0
-        self.waiting = 0
-
-    async def turn(self) -> bool:
-        """Wait for this refusal's turn; False (at once) when too many wait already."""
-        if self.waiting >= self.max_waiting:
-            return False
-        now = self.clock()
-        turn = max(now, self.next_turn)
-        self.next_turn = turn + self.interval_s
-        self.waiting += 1
-        try:
-            await self.sleep(turn - now)
-        finally:
-            self.waiting -= 1
-        return True
 
 
 class BodySizeLimit:

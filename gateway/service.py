@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -99,7 +100,7 @@ class Gateway:
             raise bad_request(f"max_tokens is {asked} but at most {limit} is allowed", "max_tokens")
         _check_prompt_length(request, await self._served())
         if needs_checked_grammar(request):  # checked and compiled off the loop; refused: 400 naming the field
-            request._grammar = await self.checks.run(request_grammar, request)
+            request._grammar = await self.checks.run(request_grammar, _without_prompt(request))
         return names[0]
 
     async def complete(self, request: ChatCompletionRequest | CompletionRequest, identity: str, http: Request):
@@ -157,6 +158,20 @@ class Gateway:
         audit_log.info("request", extra={"fields": fields})
 
 
+def _without_prompt(request: ChatCompletionRequest | CompletionRequest) -> ChatCompletionRequest | CompletionRequest:
+    """The request as its grammar check needs it: without the prompt and prediction (megabytes, pickled to the worker)."""
+    if isinstance(request, ChatCompletionRequest):
+        return request.model_copy(update={"messages": [], "prediction": None})
+    return request.model_copy(update={"prompt": ""})
+
+
+def _tools_chars(request: ChatCompletionRequest) -> int:
+    """The characters of the tools' JSON, as verify receives it (gateway/upstream.py chat_messages); the
+    schemas inside are capped (MAX_TOOL_SCHEMA_CHARS), so this is cheap."""
+    tools = request.active_tools
+    return len(json.dumps([tool.model_dump(exclude_none=True) for tool in tools])) if tools else 0
+
+
 def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, status: common_pb2.ServerStatus) -> None:
     """Verify's refusal of a prompt that cannot fit (verify_service/requests.py), made before the gRPC
     request is built: a prompt of megabytes then costs its parsing here and nothing more."""
@@ -169,6 +184,7 @@ def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, sta
         count, size = (len(parts) if chat else 0), sum(map(len, parts))
     else:
         count, size = len(request.prompt), 0
+    tools = _tools_chars(request) if chat else 0  # rendered into the prompt: verify counts them in the same bound
     prediction = len(request.prediction.text()) if chat and request.prediction is not None else 0
     if prediction > status.max_prompt_chars:
         raise bad_request(f"prediction: {prediction} characters cannot fit in the model's context of {status.max_context} tokens "
@@ -177,6 +193,9 @@ def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, sta
         what = f"{count} {'messages' if chat else 'tokens'}"
     elif size > status.max_prompt_chars:
         what = f"{size} characters (at most {status.max_prompt_chars})"
+    elif size + tools > status.max_prompt_chars:
+        raise bad_request(f"tools: {tools} characters of tool definitions and {size} of messages cannot fit in the model's context of "
+                          f"{status.max_context} tokens (at most {status.max_prompt_chars} characters in all)", "tools")
     else:
         return
     raise bad_request(f"{param}: {what} cannot fit in the model's context of {status.max_context} tokens; shorten the prompt", param)

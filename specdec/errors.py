@@ -22,7 +22,10 @@ class InvalidRequestError(SpecdecError):
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
-        self.field = field
+        self.field, self.message = field, message
+
+    def __reduce__(self):  # pickled from worker processes (the gateway's checks): rebuilt from both arguments
+        return type(self), (self.field, self.message)
 
 
 class DraftUnavailableError(SpecdecError):

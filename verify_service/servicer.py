@@ -20,6 +20,7 @@ from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
 from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import VerifyMetrics
+from specdec.serving.pacing import KeyedRefusalPacing
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 # The client drafts, so it picks K: the budget stays the fixed cap, never adaptive. NOTE: Verify verifies chains only.
 VERIFY_OVERRIDES = {"num_draft_tokens": VERIFY_MAX_CANDIDATES, "speculative": True, "adaptive_k": False, "tree_branching": 0}
 PREP_WORKERS = 2  # tokenizing and checking requests: off the event loop, and apart from the generation workers
+OVERSIZED_REFUSALS_PER_S = 4  # per peer: requests over a size limit, answered at this pace
 LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time (as grammars are compiled): short ones find a free prep worker
 
 
@@ -57,6 +59,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.streams = StreamGate(settings.stream_idle_timeout_s, settings.max_unopened_streams_per_peer, "verify_service")
         # Long prompts and grammars are prepared one at a time: short plain requests always find a free prep worker.
         self.heavy_setups = asyncio.Semaphore(1)
+        self.oversized = KeyedRefusalPacing(OVERSIZED_REFUSALS_PER_S)
         self.max_prompt_chars = 0  # set with the target
 
     def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
@@ -84,17 +87,27 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         """Check the cheap limits (here, on the loop), then tokenize, validate and compile the grammar in a
         prep worker; `overrides()` gives the request-level fields (refused with the rest)."""
         try:
-            check_request_limits(options)
             fields = overrides()
+            characters = await self._within_limits(options, fields.get("prediction", ""), target, context)
             prepare = functools.partial(generation_request, options, target, self.config, **fields)
-            characters = (check_prompt_size(options, target.max_context, self.max_prompt_chars)
-                          + check_prediction_size(fields.get("prediction", ""), target.max_context, self.max_prompt_chars))
             if characters < LARGE_PROMPT_CHARS and not options.grammar:
                 return await run_in_thread(self.prep, prepare)
             async with self.heavy_setups:
                 return await run_in_thread(self.prep, prepare)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
+
+    async def _within_limits(self, options: verify_pb2.GenerationOptions, prediction: str, target: LoadedModel, context) -> int:
+        """The size limits, checked from lengths alone; past one, the refusal is paced per peer (the gateway
+        never sends such a request: a client that loops megabytes of them would take the loop otherwise).
+        Returns the characters there are to tokenize."""
+        try:
+            check_request_limits(options)
+            return (check_prompt_size(options, target.max_context, self.max_prompt_chars)
+                    + check_prediction_size(prediction, target.max_context, self.max_prompt_chars))
+        except InvalidRequestError:
+            await self.oversized.pace(context.peer())
+            raise
 
     async def Generate(self, request: verify_pb2.GenerateRequest, context: grpc.aio.ServicerContext):
         target = await self._require_target(context)

@@ -10,6 +10,7 @@ whitespace (a small model given free whitespace can emit newlines forever).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -84,10 +85,16 @@ def check_grammar_size(grammar: str, field: str) -> None:
         raise InvalidRequestError(field, f"is too large ({len(grammar)} characters of grammar; at most {MAX_GRAMMAR_CHARS})")
 
 
+@functools.lru_cache(maxsize=64)
+def _validation(grammar: str) -> tuple[bool, list[str]]:
+    """llguidance's check of a grammar (half a second for 5,000 properties), cached: a client repeating a schema pays once."""
+    return llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+
+
 def checked_grammar(grammar: str, field: str) -> str:
     """`grammar` if the engine can enforce it, else an InvalidRequestError naming `field`."""
     check_grammar_size(grammar, field)
-    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    is_error, messages = _validation(grammar)
     if is_error:
         raise InvalidRequestError(field, f"cannot be enforced: {brief_reason(messages[0], grammar)}")
     return grammar

@@ -138,6 +138,8 @@ class ServingSection(_Section):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     body_refusals_per_s: float = Field(4.0, gt=0, le=10_000, description="413s for oversized bodies answered a second; "
                                        "more wait their turn, their uploads paused (up to 64; beyond, the connection is closed)")
+    refusals_per_s_per_client: float = Field(8.0, ge=0, le=10_000, description="4xx answers a second per client (API key, else "
+                                             "address); more wait their turn, a lone one is answered at once; 0: off")
     max_n: int = Field(8, ge=1)
     max_tokens_limit: int = Field(8192, ge=1, description="largest max_tokens a request may ask for")
     request_timeout_s: float = Field(600.0, gt=0)

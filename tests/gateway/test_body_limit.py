@@ -1,11 +1,11 @@
-"""The pacing of 413s (gateway/body_limit.py RefusalPacer); the refusals themselves are tested through
+"""The pacing of 413s (specdec/serving/pacing.py RefusalPacer, used by gateway/body_limit.py); the refusals themselves are tested through
 a gateway in test_hostile_input.py and, paced, against real processes in tests/reliability."""
 
 from __future__ import annotations
 
 import asyncio
 
-from gateway.body_limit import RefusalPacer
+from specdec.serving.pacing import RefusalPacer
 
 
 def test_refusals_over_the_rate_wait_their_turn_and_a_lone_one_does_not():

@@ -40,10 +40,14 @@ def slow_to_check_under_the_cap() -> list[dict]:
     return tools
 
 
-@pytest.mark.parametrize(("tools", "param"), [(over_the_cap, "tools"),
-                                               (slow_to_check_under_the_cap, f"tools.{MAX_TOOLS - 1}.function.parameters")])
-def test_health_answers_while_large_tool_schemas_are_refused(gateway_url, tools, param):
-    body = {"model": "target", "messages": ASK, "max_tokens": 2, "tools": tools()}
+# With tool_choice "none" the tools are not rendered into the prompt (so the tiny pair's context does not
+# refuse them from their length first), and their schemas are still checked.
+@pytest.mark.parametrize(("tools", "choice", "param"), [(over_the_cap, "auto", "tools"),
+                                                         (slow_to_check_under_the_cap, "none", f"tools.{MAX_TOOLS - 1}.function.parameters"),
+                                                         (slow_to_check_under_the_cap, "auto", "tools")],
+                         ids=["over-the-cap", "checked-under-the-cap", "too-long-for-the-context"])
+def test_health_answers_while_large_tool_schemas_are_refused(gateway_url, tools, choice, param):
+    body = {"model": "target", "messages": ASK, "max_tokens": 2, "tools": tools(), "tool_choice": choice}
     answer: dict[str, httpx.Response] = {}
 
     def send() -> None:
