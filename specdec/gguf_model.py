@@ -161,7 +161,10 @@ class GgufModel:
             return
         seat.released = True
         with self._lock:
-            self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, 0, -1)
+            # NOTE: a session closed after the model (a teardown, an overlap thread finishing late) must not
+            # touch the freed context: its memory went with it.
+            if self.context is not None:
+                self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, 0, -1)
         self.budget.release(seat.capacity)
         self._free_seq_ids.put(seat.seq_id)
 
@@ -171,6 +174,8 @@ class GgufModel:
                    for index, row in enumerate(rows) for offset, token_id in enumerate(row.input_ids)]
         logits: list[list[torch.Tensor]] = [[] for _ in rows]
         with self._lock:
+            if self.context is None:
+                raise DraftUnavailableError(f"the gguf draft {self.source} is closed")
             for row in rows:
                 self._truncate(row.seat, row.start)
             try:

@@ -144,3 +144,19 @@ def test_a_gguf_with_another_vocabulary_is_refused_naming_both_files(tiny_ggufs,
     with pytest.raises(IncompatibleVocabularyError) as error:
         load_draft_side(_gguf_config(tiny_ggufs.target, foreign_target))
     assert str(tiny_ggufs.target) in str(error.value) and str(foreign_target) in str(error.value)
+
+
+def test_a_sequence_released_after_its_model_closed_touches_nothing_freed(tiny_ggufs, prompt_ids):
+    # A session closed after the model (a test's teardown, an overlap thread finishing late) was a use
+    # after free in llama.cpp: a segfault, now and then, at the end of a run.
+    from specdec.errors import DraftUnavailableError
+
+    model = load_draft_gguf(tiny_ggufs.target)
+    sequence = _sequence(model)
+    sequence.advance(prompt_ids, 1)
+    seat = model.take_seat(16, timeout_s=1)
+    model.close()
+    model.release(seat)  # nothing to free: the context went with the model
+    sequence.release()
+    with pytest.raises(DraftUnavailableError, match="is closed"):
+        _sequence(model).advance(prompt_ids, 1)
