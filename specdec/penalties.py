@@ -1,6 +1,6 @@
 """Penalties and logit_bias: a request's transform of the logits, position by position.
 
-They define the target distribution itself (DESIGN.md, constraints and penalties): at each
+They define the target distribution itself (README, What "lossless" means here): at each
 position p' = normalise(transform(logits, tokens before the position)), then the usual sampling
 transforms (specdec.sampling). The verifier applies the transform at every position of a candidate
 block, from prompt + generated tokens + the candidates on the path to that position; drafters

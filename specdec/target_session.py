@@ -101,8 +101,8 @@ class TargetSession:
     def _target_probs(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
         """The target distribution at every position of the block, from the raw logits.
 
-        NOTE: the one place the target distribution is defined for verification (DESIGN.md, constraints
-        and penalties): penalties / logit_bias, then the grammar's mask, then temperature, top-k/top-p.
+        NOTE: the one place the target distribution is defined for verification (README, What
+        "lossless" means here): penalties / logit_bias, then the grammar's mask, then temperature, top-k/top-p.
         Position i's transforms follow the committed tokens and the candidates on i's own path (a
         chain's first i, a tree node's ancestors). Logprobs stay the model's own (the raw logits).
         """

@@ -1,4 +1,4 @@
-"""Configuration: a YAML file (the format DESIGN.md documents), SPECDEC_* env, then flags."""
+"""Configuration: a YAML file (the format docs/configuration.md documents), SPECDEC_* env, then flags."""
 
 from __future__ import annotations
 

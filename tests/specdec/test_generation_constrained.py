@@ -1,7 +1,7 @@
 """Structured outputs under speculation on the tiny pair: the masked target distribution, reproduced exactly.
 
-Lossless here means: exactly what target-only decoding under the same grammar gives (DESIGN.md,
-constraints and penalties). Greedy and coupled are token-identical to speculation off; rejection's
+Lossless here means: exactly what target-only decoding under the same grammar gives (README, What
+"lossless" means here). Greedy and coupled are token-identical to speculation off; rejection's
 first two tokens follow the exact masked joint law (chi-square), which a verifier ignoring the grammar fails
 (negative control).
 """
