@@ -14,6 +14,7 @@ from fastapi import Request
 
 from gateway.errors import OpenAIError
 
+CHALLENGE = 'Bearer realm="specdec"'  # RFC 6750: what a 401 asks for
 log = logging.getLogger(__name__)
 
 
@@ -59,13 +60,15 @@ class ApiKeys:
         """The caller's key, or 401. Every key is compared in constant time; none short-circuits."""
         scheme, _, presented = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
-            raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <key>'", "authentication_error", code="invalid_api_key")
+            raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <key>'", "authentication_error", code="invalid_api_key",
+                              headers={"WWW-Authenticate": CHALLENGE})
         presented = presented.strip().encode()
         matched = False
         for key in self.current():
             matched |= hmac.compare_digest(presented, key.encode())
         if not matched:
-            raise OpenAIError(401, "invalid API key", "authentication_error", code="invalid_api_key")
+            raise OpenAIError(401, "invalid API key", "authentication_error", code="invalid_api_key",
+                              headers={"WWW-Authenticate": f'{CHALLENGE}, error="invalid_token"'})
         return presented.decode()
 
 

@@ -37,10 +37,41 @@ def setup_tracing(default_service_name: str) -> bool:
     attributes = {} if os.environ.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: default_service_name}
     provider = TracerProvider(resource=Resource.create(attributes))  # reads OTEL_TRACES_SAMPLER itself
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    quiet = ExportErrorsOncePerInterval(os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    logging.getLogger(OTLP_EXPORTER_LOGGER).addFilter(quiet)
     trace.set_tracer_provider(provider)
     atexit.register(provider.shutdown)  # flush the last spans on exit
     _configured.append(provider)
     return True
+
+
+OTLP_EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.grpc.exporter"
+EXPORT_ERROR_INTERVAL_S = 60.0
+
+
+class ExportErrorsOncePerInterval(logging.Filter):
+    """The OTLP exporter logs a failure per batch while its collector is down (144 lines in a short run):
+    let one through per `interval_s`, with a hint and the count left out since the last one."""
+
+    def __init__(self, endpoint: str, interval_s: float = EXPORT_ERROR_INTERVAL_S, clock=time.monotonic) -> None:
+        super().__init__()
+        self.endpoint, self.interval_s, self.clock = endpoint, interval_s, clock
+        self.last_shown: float | None = None
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        now = self.clock()
+        if self.last_shown is not None and now - self.last_shown < self.interval_s:
+            self.suppressed += 1
+            return False
+        hint = (f" (traces cannot reach the OTLP collector at {self.endpoint}: start it, or unset OTEL_EXPORTER_OTLP_ENDPOINT "
+                f"to turn tracing off; export errors are logged at most once every {self.interval_s:.0f} s"
+                + (f", {self.suppressed} left out since the last)" if self.suppressed else ")"))
+        record.msg, record.args, record.exc_info, record.exc_text = record.getMessage() + hint, (), None, None
+        self.last_shown, self.suppressed = now, 0
+        return True
 
 
 def grpc_server_interceptors() -> list:

@@ -29,6 +29,7 @@ def assert_unauthorized(response: httpx.Response) -> None:
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "authentication_error"
     assert error["code"] == "invalid_api_key"
+    assert response.headers["WWW-Authenticate"].startswith('Bearer realm="specdec"')  # RFC 6750's challenge
 
 
 @pytest.fixture

@@ -174,3 +174,26 @@ def test_access_lines_keep_the_path_and_drop_the_query_string():
                                ("127.0.0.1:5000", "GET", "/v1/models?api_key=sk-secret&x=1", "1.1", 401), None)
     assert PathsOnly().filter(record)
     assert record.getMessage() == '127.0.0.1:5000 - "GET /v1/models HTTP/1.1" 401'
+
+
+def test_otlp_export_errors_are_logged_at_most_once_a_minute_with_a_hint():
+    from specdec.serving.telemetry import OTLP_EXPORTER_LOGGER, ExportErrorsOncePerInterval
+
+    now = [0.0]
+    quiet = ExportErrorsOncePerInterval("http://localhost:4317", clock=lambda: now[0])
+    exporter_log = logging.getLogger(OTLP_EXPORTER_LOGGER)
+    records: list[logging.LogRecord] = []
+    capture = logging.Handler()
+    capture.emit = records.append
+    exporter_log.addHandler(capture)
+    exporter_log.addFilter(quiet)
+    try:
+        for second in range(0, 130, 5):  # a failed batch every 5 s for 130 s, the collector down
+            now[0] = float(second)
+            exporter_log.error("Failed to export %s to %s, error code: %s", "traces", "localhost:4317", "UNAVAILABLE")
+    finally:
+        exporter_log.removeFilter(quiet)
+        exporter_log.removeHandler(capture)
+    assert len(records) == 3  # at 0, 60 and 120 s: was 26
+    assert "Failed to export traces to localhost:4317" in records[0].getMessage()
+    assert "OTLP collector at http://localhost:4317" in records[0].getMessage() and "11 left out" in records[1].getMessage()
