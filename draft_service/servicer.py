@@ -143,6 +143,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         sequence.extend(opening.prompt_ids, "open.prompt_ids")
         penalties = penalties_from_proto(opening.penalties, "open.penalties")
         penalties.check_vocab(opening.vocab_size, "open.penalties.logit_bias")
+        check_token_ids(opening.stop_token_ids, opening.vocab_size, "open.stop_token_ids")
         return DraftRequest(
             prompt_ids=list(opening.prompt_ids),
             sampling=sampling_from_proto(opening.sampling, "open.sampling"),
@@ -154,6 +155,8 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             penalties=penalties,
             draft_ahead_tokens=0 if opening.tree_nodes else min(opening.draft_ahead_tokens, MAX_DRAFT_TOKENS),
             constraint=self._constraint(opening),
+            min_tokens=opening.min_tokens,
+            stop_token_ids=tuple(opening.stop_token_ids),
         )
 
     def _constraint(self, opening: draft_pb2.ProposeOpen) -> GrammarConstraint | None:

@@ -29,7 +29,7 @@ class Choice:
     tool_calls: list[ParsedCall] = field(default_factory=list)
     finish_reason: str | None = None
     logprobs: list[verify_pb2.TokenLogprob] = field(default_factory=list)
-    usage: verify_pb2.Usage | None = None
+    usage: verify_pb2.Usage | None = None  # the counts so far (verify sends them with every message)
     summary: verify_pb2.SpeculativeSummary | None = None
     rounds: int = 0  # Generate sends one message per round
     provenance: dict = field(default_factory=lambda: {"tokens": [], "rounds": []})
@@ -47,10 +47,12 @@ class Choice:
         if response.tokens or not response.token_ids:
             for key, items in round_provenance(response, self.rounds).items():
                 self.provenance[key].extend(items)
+        if response.HasField("usage"):
+            self.usage = response.usage
         if response.finish_reason:
             # as OpenAI: a choice that stopped after calling tools finished for "tool_calls"
             self.finish_reason = "tool_calls" if self.tool_calls and response.finish_reason == "stop" else response.finish_reason
-            self.usage, self.summary = response.usage, response.summary
+            self.summary = response.summary
         return delta
 
 
@@ -84,6 +86,12 @@ class Completion:
     @property
     def provenance(self) -> bool:
         return self.request.speculative is not None and self.request.speculative.provenance
+
+    @property
+    def continuous_usage(self) -> bool:
+        """Every chunk carries usage (vLLM's stream_options.continuous_usage_stats)."""
+        options = self.request.stream_options
+        return options is not None and options.continuous_usage_stats
 
     def choice_body(self, choice: Choice) -> dict:
         body = {"index": choice.index, "finish_reason": choice.finish_reason, "logprobs": self.logprobs(choice.logprobs)}
@@ -138,7 +146,7 @@ def _offsets(entries: list[verify_pb2.TokenLogprob]) -> list[int]:
 
 
 def usage(choices: list[Choice]) -> Usage:
-    prompt = choices[0].usage.prompt_tokens if choices and choices[0].usage else 0
+    prompt = next((c.usage.prompt_tokens for c in choices if c.usage), 0)
     completion = sum(c.usage.completion_tokens for c in choices if c.usage)
     details = CompletionTokensDetails(accepted_prediction_tokens=sum(c.usage.accepted_prediction_tokens for c in choices if c.usage),
                                       rejected_prediction_tokens=sum(c.usage.rejected_prediction_tokens for c in choices if c.usage))

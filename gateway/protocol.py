@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from gateway.tool_protocol import FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
 from specdec.errors import InvalidRequestError
-from specdec.limits import (CHAT_ROLES, INT32_MAX, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, FrequencyPenalty, MaxTokens, MinP, NumDraftTokens,
-                            PresencePenalty, RepetitionPenalty, Seed, Temperature, TokenId, TopK, TopLogprobs, TopP)
+from specdec.limits import (CHAT_ROLES, INT32_MAX, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, FrequencyPenalty, MaxTokens, MinP,
+                            MinTokens, NumDraftTokens, PresencePenalty, RepetitionPenalty, Seed, Temperature, TokenId, TopK, TopLogprobs,
+                            TopP)
 
 
 def _encodable(value):
@@ -76,6 +77,7 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     include_usage: bool = False
+    continuous_usage_stats: bool = Field(False, description="extension (as vLLM): every chunk carries usage, the counts so far")
 
 
 class TextPart(BaseModel):
@@ -192,6 +194,10 @@ class _SamplingRequest(_Request):
     repetition_penalty: RepetitionPenalty | None = None
     # strict: a JSON number (an integer too), never "10" or true
     logit_bias: dict[str, Annotated[float, Field(strict=True, allow_inf_nan=False)]] | None = None
+    # vLLM's extensions (load tools such as guidellm and aiperf send them); both lossless under speculation.
+    ignore_eos: bool = Field(False, description="extension (as vLLM): EOS does not end the output; max_tokens or a stop string does")
+    min_tokens: MinTokens = Field(0, description="extension (as vLLM): EOS is banned and stop strings are not looked for "
+                                                 "until this many tokens are generated; at most max_tokens")
     # Harmless no-ops, accepted and listed in the README: nothing is stored, nothing is billed.
     user: str | None = None
     store: bool | None = None
@@ -215,6 +221,14 @@ class _SamplingRequest(_Request):
         if any(len(stop) > MAX_STOP_CHARS for stop in stops):
             raise ValueError(f"each stop sequence has at most {MAX_STOP_CHARS} characters")
         return stops
+
+    @model_validator(mode="after")
+    def _min_tokens_fit(self) -> _SamplingRequest:
+        limit = self.requested_max_tokens
+        if limit is not None and self.min_tokens > limit:
+            # InvalidRequestError, not ValueError: pydantic would name the whole request, not the field
+            raise InvalidRequestError("min_tokens", f"min_tokens ({self.min_tokens}) must be at most max_tokens ({limit})")
+        return self
 
     @property
     def grammar(self) -> str | None:

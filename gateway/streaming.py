@@ -26,15 +26,16 @@ async def stream_events(completion: Completion, opened: list, finish: Callable) 
     choices = [completion.new_choice(index) for index in range(len(opened))]
     pumps = [asyncio.create_task(_pump(index, first, rest, queue)) for index, (first, rest) in enumerate(opened)]
     status = 499  # the client closed the connection, unless the stream ends otherwise
+    prompt_tokens = opened[0][0].usage.prompt_tokens
     try:
         if completion.chat:
             for choice in choices:
-                yield sse({**completion.envelope(chunk=True), "choices": [{"index": choice.index, "delta": {"role": "assistant", "content": ""},
-                                                                          "finish_reason": None, "logprobs": None}]})
+                role = {"index": choice.index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None, "logprobs": None}
+                yield sse(_with_usage({**completion.envelope(chunk=True), "choices": [role]}, completion, choices, prompt_tokens))
         async for index, response in _drain(queue, len(pumps)):
             output = choices[index].add(response)
             for chunk in _chunks(completion, choices[index], response, output):
-                yield sse(chunk)
+                yield sse(_with_usage(chunk, completion, choices, prompt_tokens))
         yield sse(_closing_chunk(completion, choices))
         status = 200
         yield sse("[DONE]")
@@ -90,11 +91,21 @@ def _chunks(completion: Completion, choice: Choice, response: verify_pb2.Generat
     return [{**completion.envelope(chunk=True), "choices": [item]} for item in bodies]
 
 
+def _with_usage(chunk: dict, completion: Completion, choices: list[Choice], prompt_tokens: int) -> dict:
+    """The chunk with usage, the counts so far, when every chunk carries it (continuous_usage_stats, as vLLM's;
+    the n choices' tokens count together, so completion_tokens never decreases along the stream)."""
+    if not completion.continuous_usage:
+        return chunk
+    generated = usage(choices).completion_tokens
+    return {**chunk, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": generated, "total_tokens": prompt_tokens + generated}}
+
+
 def _closing_chunk(completion: Completion, choices: list[Choice]) -> dict:
-    """usage (when stream_options.include_usage) and the speculative stats, with no choices."""
+    """usage (when stream_options.include_usage or continuous_usage_stats) and the speculative stats, with no choices."""
     options = completion.request.stream_options
     chunk = {**completion.envelope(chunk=True), "choices": [], "speculative": speculative(completion.request, choices).model_dump()}
-    chunk["usage"] = usage(choices).model_dump() if options is not None and options.include_usage else None
+    wanted = options is not None and (options.include_usage or options.continuous_usage_stats)
+    chunk["usage"] = usage(choices).model_dump() if wanted else None
     return chunk
 
 

@@ -99,7 +99,8 @@ def http_error(error: grpc.aio.AioRpcError, grammar_param: str = "response_forma
 
 def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_index: int) -> verify_pb2.GenerateRequest:
     """The GenerateRequest for one choice; choice i of a seeded request uses seed + i."""
-    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0, grammar=request.grammar or "")
+    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0, grammar=request.grammar or "",
+                                           ignore_eos=request.ignore_eos, min_tokens=request.min_tokens)
     if isinstance(request, ChatCompletionRequest):
         options.chat.CopyFrom(chat_messages(request))
     elif isinstance(request.prompt, str):

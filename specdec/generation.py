@@ -168,6 +168,8 @@ class SpeculativeGenerator:
             draft_ahead_tokens=self._ahead_of_first_token(request),
             # The draft's own matcher (a copy of the target's): it drafts ahead in another thread while the target verifies.
             constraint=constraint.fork() if constraint is not None else None,
+            min_tokens=request.min_tokens,
+            stop_token_ids=tuple(sorted(self.target.eos_token_ids)),
         )
         try:
             return drafter.open(draft_request)

@@ -40,6 +40,8 @@ TopK = Annotated[int, Field(ge=0, le=INT32_MAX, description="0 disables top-k")]
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Seed = Annotated[int, Field(ge=0, le=UINT64_MAX)]
 MaxTokens = Annotated[int, Field(ge=1, le=UINT32_MAX)]
+# vLLM's extension: stop tokens are banned until this many tokens are generated (specdec/min_tokens.py); at most max_tokens
+MinTokens = Annotated[int, Field(ge=0, le=UINT32_MAX)]
 TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
 NumDraftTokens = Annotated[int, Field(ge=1, le=MAX_DRAFT_TOKENS)]
 Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)]

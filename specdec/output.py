@@ -48,7 +48,10 @@ class GenerationChunk:
 
 
 class OutputTracker:
-    """Applies EOS, stop strings and max_tokens to the verified tokens, in order."""
+    """Applies EOS, stop strings and max_tokens to the verified tokens, in order.
+
+    EOS never comes before min_tokens (the target's distribution bans it, specdec.min_tokens); with
+    ignore_eos it is an ordinary token."""
 
     def __init__(self, target: LoadedModel, request: GenerationRequest) -> None:
         self.request = request
@@ -70,7 +73,9 @@ class OutputTracker:
                 break
             kept.append(token_id)
             self.num_generated += 1
-            texts.append(self.stop_matcher.push(self.detokenizer.push(token_id)))
+            text = self.detokenizer.push(token_id)
+            # As vLLM: stop strings are looked for only in the text of the tokens after the first min_tokens.
+            texts.append(self.stop_matcher.push(text) if self.num_generated > self.request.min_tokens else text)
             if self.stop_matcher.stopped:
                 self.finish_reason = "stop"
                 break

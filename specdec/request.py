@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specdec.acceptance_modes import effective_acceptance, refusal
 from specdec.enums import AcceptanceMode, SpeculationPolicy
-from specdec.limits import Seed, TopLogprobs
+from specdec.errors import InvalidRequestError
+from specdec.limits import MinTokens, Seed, TopLogprobs
 from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams
 from specdec.tree import TreeShape
@@ -38,7 +39,10 @@ class GenerationRequest(BaseModel):
     # children per node, num_draft_tokens deep (specdec.tree); tree_branching 0 = chains only.
     tree_branching: int = Field(0, ge=0, le=16)
     tree_nodes: int = Field(0, ge=0, le=256)
-    ignore_eos: bool = False
+    ignore_eos: bool = False  # EOS is an ordinary token: the output ends at max_tokens or a stop string
+    # vLLM's min_tokens: EOS is banned (part of the target distribution, specdec.min_tokens) and stop
+    # strings are not looked for until this many tokens are generated.
+    min_tokens: MinTokens = 0
     logprobs: bool = False
     top_logprobs: TopLogprobs = 0
     # OpenAI predicted outputs: the user's guess at the output, drafted from first (drafters/prediction.py),
@@ -50,9 +54,13 @@ class GenerationRequest(BaseModel):
     grammar: str | None = None
 
     @model_validator(mode="after")
-    def _grammar_ends_at_eos(self) -> GenerationRequest:
-        if self.grammar and self.ignore_eos:
-            raise ValueError("ignore_eos cannot be combined with a grammar: the grammar decides where the output ends")
+    def _end_fits(self) -> GenerationRequest:
+        # InvalidRequestError, not ValueError: pydantic would name the whole request, not the field.
+        for name, value in (("ignore_eos", self.ignore_eos), ("min_tokens", self.min_tokens)):
+            if self.grammar and value:
+                raise InvalidRequestError(name, f"{name} cannot be combined with a grammar: the grammar decides where the output ends")
+        if self.min_tokens > self.max_tokens:
+            raise InvalidRequestError("min_tokens", f"min_tokens ({self.min_tokens}) must be at most max_tokens ({self.max_tokens})")
         return self
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import InvalidRequestError, check_token_ids
+from specdec.min_tokens import MinTokensMask
 from specdec.models import LoadedModel
 from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
 from specdec.penalties import LogitsTransform, path_rows
@@ -47,6 +48,8 @@ class TargetSession:
         self.draft_length = draft_length_controller(request)
         # Penalties / logit_bias: part of the target distribution at every position; None when there are none.
         self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, target.vocab_size, target.device)
+        # min_tokens: EOS banned before it, part of the target distribution too; None when it bans nothing.
+        self.min_tokens = MinTokensMask.for_request(request.min_tokens, len(request.prompt_ids), target.eos_token_ids)
         # Structured outputs: the grammar is part of the target distribution at every position; None: none.
         self.constraint = GrammarConstraint.for_model(request.grammar, len(request.prompt_ids), target, target.vocab_size)
 
@@ -102,19 +105,25 @@ class TargetSession:
         """The target distribution at every position of the block, from the raw logits.
 
         NOTE: the one place the target distribution is defined for verification (README, What
-        "lossless" means here): penalties / logit_bias, then the grammar's mask, then temperature, top-k/top-p.
+        "lossless" means here): penalties / logit_bias, min_tokens' ban on EOS, then the grammar's mask,
+        then temperature, top-k/top-p.
         Position i's transforms follow the committed tokens and the candidates on i's own path (a
         chain's first i, a tree node's ancestors). Logprobs stay the model's own (the raw logits).
         """
         return processed_probs(self._constrained(self._transformed(logits, block), block), self.request.sampling)
 
     def _transformed(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
-        """The penalised logits at each position of the block, each from the tokens on its own path."""
-        if self.transform is None:
+        """The penalised logits at each position of the block, EOS banned where fewer than min_tokens
+        came before, each from the tokens on its own path."""
+        banning = self.min_tokens is not None and self.min_tokens.bans_after(len(self.committed))
+        if self.transform is None and not banning:
             return logits
         node_ids = block.candidate_ids.tolist()
         parents = block.tree_parents if block.tree_parents is not None else chain_parents(len(node_ids))
-        return self.transform(logits, self.committed, node_ids, path_rows(parents))
+        paths = path_rows(parents)
+        if self.transform is not None:
+            logits = self.transform(logits, self.committed, node_ids, paths)
+        return self.min_tokens(logits, len(self.committed), paths) if banning else logits
 
     def _constrained(self, logits: torch.Tensor, block: DraftBlock) -> torch.Tensor:  # [n + 1, vocab]
         """The logits with the grammar's refused tokens at -inf, each position after the tokens on its own path."""

@@ -140,6 +140,7 @@ class RemoteDraftSession:
                 penalties=penalties_to_proto(request.penalties),
                 draft_ahead_tokens=0 if pending or num_tokens else request.draft_ahead_tokens,
                 grammar=request.constraint.grammar if request.constraint is not None else "",
+                min_tokens=request.min_tokens, stop_token_ids=request.stop_token_ids,
             )))
             if not pending:
                 return messages

@@ -131,6 +131,7 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         "penalties": penalties_from_proto(options.penalties, "options.penalties"),
         "stop": list(options.stop),
         "ignore_eos": options.ignore_eos,
+        "min_tokens": options.min_tokens,
         "acceptance": acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
         "num_draft_tokens": config.speculative.draft_tokens,
         "adaptive_k": config.speculative.adaptive_k,

@@ -23,11 +23,12 @@ def generate_response(chunk: GenerationChunk, request: GenerationRequest, stats:
             num_candidates=info.num_candidates, num_accepted=info.num_accepted, draft_ms=info.draft_ms,
             target_ms=info.target_ms, transport_ms=info.transport_ms, fallback=info.fallback,
         ))
+    # Every message: the counts so far, so the gateway can stream usage (stream_options.continuous_usage_stats).
+    message.usage.CopyFrom(_usage(len(request.prompt_ids), completion_tokens))
+    message.usage.accepted_prediction_tokens = stats.accepted_prediction_tokens
+    message.usage.rejected_prediction_tokens = stats.rejected_prediction_tokens
     if chunk.finish_reason is not None:
         message.finish_reason = chunk.finish_reason
-        message.usage.CopyFrom(_usage(len(request.prompt_ids), completion_tokens))
-        message.usage.accepted_prediction_tokens = stats.accepted_prediction_tokens
-        message.usage.rejected_prediction_tokens = stats.rejected_prediction_tokens
         message.summary.CopyFrom(verify_pb2.SpeculativeSummary(
             enabled=request.speculative, rounds=stats.rounds, draft_tokens=stats.draft_tokens,
             accepted_tokens=stats.accepted_tokens, acceptance_rate=stats.acceptance_rate, fallback=stats.fallback,

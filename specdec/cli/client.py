@@ -19,7 +19,7 @@ from specdec.serving.rpc.server import CHANNEL_OPTIONS, channel_credentials
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
 _SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p"}
-_OPTION_FIELDS = {"seed", "stop", "max_tokens", "ignore_eos", "acceptance"}
+_OPTION_FIELDS = {"seed", "stop", "max_tokens", "ignore_eos", "min_tokens", "acceptance"}
 _PENALTY_FIELDS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"}
 _REQUEST_FIELDS = {"speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy",
                    "provenance", "prediction"}

@@ -41,6 +41,10 @@ class DraftRequest:
     # Structured outputs: the target's grammar, the session's own matcher. Drafters keep their candidates
     # inside it so more are accepted (correctness never depends on it). None: unconstrained.
     constraint: GrammarConstraint | None = None
+    # min_tokens (specdec.min_tokens): the target bans these ids (its EOS) until min_tokens tokens are
+    # generated; drafters ban them in q too, so more candidates are accepted. 0: no ban.
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

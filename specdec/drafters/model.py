@@ -18,6 +18,7 @@ from specdec.constraints.masking import mask_logits
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.drafters.tree_draft import TreeRanking, draft_tree
 from specdec.kv_cache import PrefixCache
+from specdec.min_tokens import MinTokensMask
 from specdec.penalties import LogitsTransform
 from specdec.sampling import SparseDistribution, processed_probs
 from specdec.tree import TreeShape
@@ -53,6 +54,7 @@ class ModelDraftSession:
         self.rounds = ROUNDS[request.acceptance]
         self.kept_path: list[int] | None = None  # the last tree's accepted nodes, kept in the cache by the next propose
         self.transform = LogitsTransform.for_request(request.penalties, request.prompt_ids, request.vocab_size)
+        self.min_tokens = MinTokensMask.for_request(request.min_tokens, len(request.prompt_ids), request.stop_token_ids)
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
@@ -73,7 +75,7 @@ class ModelDraftSession:
         request = self.request
         ranking = TreeRanking(request.acceptance, request.sampling, request.seed)
         node_ids, parents = draft_tree(self.lm, list(self.committed.token_ids), depth_limit, shape, ranking,
-                                       partial(_fit_vocab, vocab_size=request.vocab_size), self.transform)
+                                       partial(_fit_vocab, vocab_size=request.vocab_size), self.transform, self.min_tokens)
         return DraftBlock(torch.tensor(node_ids, dtype=torch.long), tree_parents=parents)
 
     def _draft(self, num_tokens: int) -> DraftBlock:
@@ -83,6 +85,8 @@ class ModelDraftSession:
             logits = _fit_vocab(self.lm.advance(sequence)[-1:], self.request.vocab_size)  # [1, vocab]
             if self.transform is not None:
                 logits = self.transform(logits, sequence)
+            if self.min_tokens is not None:  # no EOS in q where the target bans it
+                logits = self.min_tokens(logits, len(sequence))
             if self.request.constraint is not None:  # q over the grammar's tokens only: candidates stay valid
                 logits = mask_logits(logits, self.request.constraint.allowed(sequence).to(logits.device).unsqueeze(0))
             draft_probs = processed_probs(logits[0], self.request.sampling)

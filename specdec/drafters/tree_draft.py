@@ -19,6 +19,7 @@ import torch
 
 from specdec.enums import AcceptanceMode
 from specdec.kv_cache import PrefixCache
+from specdec.min_tokens import MinTokensMask
 from specdec.noise import keyed_gumbel
 from specdec.penalties import LogitsTransform, path_rows
 from specdec.sampling import SamplingParams, processed_probs
@@ -54,11 +55,12 @@ class TreeRanking:
 
 
 def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: TreeShape, ranking: TreeRanking,
-               fit_vocab, transform: LogitsTransform | None = None) -> tuple[list[int], list[int]]:
+               fit_vocab, transform: LogitsTransform | None = None,
+               min_tokens: MinTokensMask | None = None) -> tuple[list[int], list[int]]:
     """Grow a tree after `committed`: (token id of each node, parent of each node), parents first.
 
-    `transform` (the request's penalties) is applied to each frontier node's logits from the tokens
-    on its own root path, as the verifier will.
+    `transform` (the request's penalties) and `min_tokens` (its ban on EOS) are applied to each
+    frontier node's logits from the tokens on its own root path, as the verifier will.
     """
     node_ids: list[int] = []
     parents: list[int] = []
@@ -70,7 +72,7 @@ def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: T
         budget = shape.max_nodes - len(node_ids)
         if budget <= 0:
             break
-        scores, log_q = ranking.scores(_penalised(fit_vocab(logits), transform, committed, frontier, node_ids, parents),
+        scores, log_q = ranking.scores(_penalised(fit_vocab(logits), transform, min_tokens, committed, frontier, node_ids, parents),
                                        len(committed) + depth - 1)
         children = _children(scores, log_q, frontier, frontier_confidence,
                              [node < 0 or on_main[node] for node in frontier], shape.branching)
@@ -91,13 +93,15 @@ def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: T
     return node_ids, parents
 
 
-def _penalised(logits: torch.Tensor, transform: LogitsTransform | None, committed: list[int], frontier: list[int],
-               node_ids: list[int], parents: list[int]) -> torch.Tensor:  # [m, vocab]
+def _penalised(logits: torch.Tensor, transform: LogitsTransform | None, min_tokens: MinTokensMask | None, committed: list[int],
+               frontier: list[int], node_ids: list[int], parents: list[int]) -> torch.Tensor:  # [m, vocab]
     """logits [m, vocab] of the frontier nodes (-1: the root), each transformed after committed + its root path."""
-    if transform is None:
+    if transform is None and min_tokens is None:
         return logits
     paths = path_rows(parents)[[node + 1 for node in frontier]]  # [m, n]
-    return transform(logits, committed, node_ids, paths)
+    if transform is not None:
+        logits = transform(logits, committed, node_ids, paths)
+    return logits if min_tokens is None else min_tokens(logits, len(committed), paths)
 
 
 def _children(scores: torch.Tensor, log_q: torch.Tensor, frontier: list[int], confidence: list[float], main: list[bool],

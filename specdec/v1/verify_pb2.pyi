@@ -56,7 +56,7 @@ class TokenIds(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerationOptions(_message.Message):
-    __slots__ = ("text", "chat", "token_ids", "sampling", "seed", "stop", "max_tokens", "ignore_eos", "acceptance", "penalties", "grammar")
+    __slots__ = ("text", "chat", "token_ids", "sampling", "seed", "stop", "max_tokens", "ignore_eos", "acceptance", "penalties", "grammar", "min_tokens")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CHAT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class GenerationOptions(_message.Message):
     ACCEPTANCE_FIELD_NUMBER: _ClassVar[int]
     PENALTIES_FIELD_NUMBER: _ClassVar[int]
     GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     text: str
     chat: ChatMessages
     token_ids: TokenIds
@@ -79,7 +80,8 @@ class GenerationOptions(_message.Message):
     acceptance: _common_pb2.AcceptanceMode
     penalties: _common_pb2.Penalties
     grammar: str
-    def __init__(self, text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ..., penalties: _Optional[_Union[_common_pb2.Penalties, _Mapping]] = ..., grammar: _Optional[str] = ...) -> None: ...
+    min_tokens: int
+    def __init__(self, text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ..., penalties: _Optional[_Union[_common_pb2.Penalties, _Mapping]] = ..., grammar: _Optional[str] = ..., min_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy", "provenance", "prediction")

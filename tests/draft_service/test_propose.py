@@ -123,6 +123,21 @@ def test_coupled_drafting_is_deterministic_for_a_seed(stub, tiny_target):
     assert blocks[0] == blocks[1]
 
 
+def test_q_bans_the_stop_ids_until_min_tokens(stub, tiny_target):
+    """As the target's distribution does (specdec/min_tokens.py): EOS, forced here, is proposed from the 4th token on."""
+    eos = min(tiny_target.eos_token_ids)
+    forced = common_pb2.Penalties(logit_bias={eos: 100.0})
+    unbanned = ProposeStream(stub)
+    assert list(unbanned.send(_open(tiny_target, penalties=forced)).block.token_ids) == [eos] * 4
+    unbanned.finish()
+    stream = ProposeStream(stub)
+    block = stream.send(_open(tiny_target, penalties=forced, min_tokens=3, stop_token_ids=[eos])).block
+    assert eos not in block.token_ids[:3] and block.token_ids[3] == eos
+    for candidate in block.draft_probs[:3]:  # q itself gives EOS nothing there
+        assert all(p == 0 for token, p in zip(candidate.token_ids, candidate.probs) if token == eos)
+    stream.finish()
+
+
 def test_feedback_before_open_is_refused(stub):
     error = _error(stub, [_feedback(0, [5], 4)])
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
@@ -161,7 +176,9 @@ def test_mismatching_vocab_fingerprint_is_refused(stub, tiny_target, foreign_tok
     ({"vocab_size": 0}, "open.vocab_size"),
     ({"sampling": common_pb2.SamplingParams(temperature=-1.0)}, "open.sampling.temperature"),
     ({"acceptance": 99}, "open.acceptance"),
-], ids=["id-past-vocab", "negative-id", "empty-prompt", "no-vocab-size", "negative-temperature", "unknown-acceptance"])
+    ({"min_tokens": 2, "stop_token_ids": [512]}, "open.stop_token_ids"),
+], ids=["id-past-vocab", "negative-id", "empty-prompt", "no-vocab-size", "negative-temperature", "unknown-acceptance",
+        "stop-id-past-vocab"])
 def test_invalid_open_is_refused_naming_the_field(stub, tiny_target, fields, name):
     error = _error(stub, [_open(tiny_target, **fields)])
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT

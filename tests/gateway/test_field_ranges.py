@@ -22,10 +22,12 @@ CARRIED = {
     (ChatCompletionRequest, "max_tokens"): (verify_pb2.GenerationOptions, "max_tokens"),
     (ChatCompletionRequest, "max_completion_tokens"): (verify_pb2.GenerationOptions, "max_tokens"),
     (ChatCompletionRequest, "top_logprobs"): (verify_pb2.GenerateRequest, "top_logprobs"),
+    (ChatCompletionRequest, "min_tokens"): (verify_pb2.GenerationOptions, "min_tokens"),
     (CompletionRequest, "top_k"): (common_pb2.SamplingParams, "top_k"),
     (CompletionRequest, "seed"): (verify_pb2.GenerationOptions, "seed"),
     (CompletionRequest, "max_tokens"): (verify_pb2.GenerationOptions, "max_tokens"),
     (CompletionRequest, "logprobs"): (verify_pb2.GenerateRequest, "top_logprobs"),
+    (CompletionRequest, "min_tokens"): (verify_pb2.GenerationOptions, "min_tokens"),
     (SpeculativeOptions, "num_draft_tokens"): (verify_pb2.GenerateRequest, "num_draft_tokens"),
 }
 NOT_CARRIED = {"n", "best_of"}  # choices: the gateway sends one request per choice (bounded by serving.max_n); best_of must equal n
