@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("specdec.draft")
 DEFAULT_DRAFT_TOP_K = 32
 MAX_TREE_NODES = 256  # per tree block, as GenerationRequest.tree_nodes allows
-OVERSIZED_REFUSALS_PER_S = 4  # per peer: opens over a size limit, answered at this pace
+REFUSED_GRAMMARS_PER_S = 4  # per peer: opens whose grammar is refused are answered at this pace
 MODEL_FREE_MAX_TOKENS = 2**20  # the sequence an n-gram session may mirror (it has no context of its own)
 
 
@@ -62,7 +62,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
         self._status: dict = {}
         self.grammar_setups = asyncio.Semaphore(1)
-        self.oversized = KeyedRefusalPacing(OVERSIZED_REFUSALS_PER_S)
+        self.refused_grammars = KeyedRefusalPacing(REFUSED_GRAMMARS_PER_S)
 
     def set_drafter(self, loaded: LoadedDrafter) -> None:
         self._status = loaded.status()
@@ -113,7 +113,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
         try:
-            await self._within_limits(message.open, context)  # the cheap limit first, before any grammar work
+            check_grammar_size(message.open.grammar, "open.grammar")  # the cheap limit first, before any grammar work
             # NOTE: in a worker, one at a time: building a grammar's matcher over the draft's vocabulary can take seconds.
             if message.open.grammar:
                 async with self.grammar_setups:
@@ -121,16 +121,14 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             else:
                 request = await self._run(self._draft_request, message.open, sequence)
             return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request), request.draft_ahead_tokens)
+        except InvalidRequestError as error:
+            # NOTE: verify sends only grammars it compiled itself: a refused one is a direct client's, paced per peer
+            # (a client looping megabytes of grammar, or pathological ones, would take the loop otherwise).
+            if error.field == "open.grammar":
+                await self.refused_grammars.pace(context.peer())
+            await abort_for(context, error)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
-
-    async def _within_limits(self, opening: draft_pb2.ProposeOpen, context: grpc.aio.ServicerContext) -> None:
-        """The grammar's size cap; a refusal past it is paced per peer (verify never sends one)."""
-        try:
-            check_grammar_size(opening.grammar, "open.grammar")
-        except InvalidRequestError:
-            await self.oversized.pace(context.peer())
-            raise
 
     def _draft_request(self, opening: draft_pb2.ProposeOpen, sequence: SequenceCheck) -> DraftRequest:
         theirs, ours = opening.vocab_fingerprint, self._status.get("vocab_fingerprint", "")

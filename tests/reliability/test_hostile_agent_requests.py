@@ -194,3 +194,25 @@ def test_sigterm_while_clients_keep_verify_compiling_grammars_drains_within_the_
     assert drained_s < 10 + 2, drained_s  # verify_service.grace_seconds, plus the announce second
     assert grpc.StatusCode.INVALID_ARGUMENT in codes and set(codes) <= {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE,
                                                                        grpc.StatusCode.CANCELLED}, codes
+
+
+def test_refusals_of_oversized_grammars_are_paced_per_peer(stack):
+    # A client looping megabytes of grammar gets its refusals at 4 a second, so it cannot keep a
+    # service's loop receiving them; the first is answered at once.
+    grammar = "start: " + " | ".join(json.dumps(f"word{i}") for i in range(30_000))  # ~330 KB: over the cap
+    options = generation_options("Hello", max_tokens=4)
+    options.grammar = grammar
+    generate = verify_pb2.GenerateRequest(options=options)
+    opening = draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=grammar))
+    with grpc.insecure_channel(f"127.0.0.1:{stack.ports['verify']}") as verify, grpc.insecure_channel(f"127.0.0.1:{stack.ports['draft']}") as draft:
+        calls = {"verify": lambda: list(verify_pb2_grpc.VerifyServiceStub(verify).Generate(generate, timeout=30)),
+                 "draft": lambda: list(draft_pb2_grpc.DraftServiceStub(draft).Propose(iter([opening]), timeout=30))}
+        for name, call in calls.items():
+            answered = []
+            for _ in range(5):
+                started = time.perf_counter()
+                with pytest.raises(grpc.RpcError) as refused:
+                    call()
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (name, refused.value.details())
+                answered.append(time.perf_counter() - started)
+            assert answered[0] < 0.2 and sum(answered) >= 0.9, (name, answered)  # 4 a second after the first
