@@ -191,6 +191,7 @@ def _exit_cleanly(signum, frame) -> None:
 
 def up(args: argparse.Namespace) -> int:
     from specdec.cli.launcher import UpPlan, run_up
+    from specdec.cli.restarts import RestartPolicy
 
     config_file = args.config or os.environ.get("SPECDEC_CONFIG")
     if config_file:
@@ -198,7 +199,8 @@ def up(args: argparse.Namespace) -> int:
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
                          gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
                          draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny,
-                         num_draft_tokens=args.num_draft_tokens, gguf_threads=args.gguf_threads))
+                         num_draft_tokens=args.num_draft_tokens, gguf_threads=args.gguf_threads,
+                         restart_policy=RestartPolicy(crash_limit=args.crash_limit, crash_window_s=args.crash_window)))
 
 
 def healthcheck(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""`specdec up`: draft, then verify, then the gateway, each started once the previous is healthy."""
+"""`specdec up`: draft, then verify, then the gateway, each started once the previous is healthy; one that
+exits after that is restarted (specdec/cli/supervision.py)."""
 
 from __future__ import annotations
 
@@ -6,20 +7,22 @@ import importlib.util
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from specdec.cli.processes import grpc_serving, http_ok, spawn, wait_for
+from specdec.cli.processes import grpc_serving, http_ok, wait_for
+from specdec.cli.restarts import RestartPolicy
+from specdec.cli.supervision import Stack
 from specdec.errors import SpecdecError
 from specdec.serving.ports import bind_problem
 
 START_TIMEOUT_S = 600.0  # a large model can take minutes to load
 LOOPBACK = "127.0.0.1"
+SUPERVISE_INTERVAL_S = 0.25  # how often `up` looks for a child that exited
 
 
 @dataclass
@@ -38,6 +41,7 @@ class UpPlan:
     tiny: bool = False
     num_draft_tokens: int | None = None  # K for the verify service (None: the config's, or the default pair's)
     gguf_threads: int | None = None  # llama.cpp threads of a gguf draft (None: the default pair's, or the config's)
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # a child that exits is restarted within it
 
 
 @dataclass(frozen=True)
@@ -104,45 +108,17 @@ def default_pair_tuning(draft_method: str | None = "gguf") -> PairTuning | None:
     return GGUF_TUNING if draft_method == "gguf" else DISTILLED_TUNING
 
 
-class Stack:
-    """The three child processes, stopped in reverse order."""
-
-    def __init__(self) -> None:
-        self.children: list[tuple[str, subprocess.Popen]] = []
-
-    def spawn(self, name: str, arguments: list[str], niceness: int = 0) -> subprocess.Popen:
-        process = spawn(arguments, niceness=niceness)
-        self.children.append((name, process))
-        return process
-
-    def stop(self, grace_s: float = 15.0) -> None:
-        for name, process in reversed(self.children):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
-                    print(f"specdec up: {name} did not stop within {grace_s:.0f}s; killing it", file=sys.stderr)
-                    process.kill()
-                    process.wait()
-
-    def failed_child(self) -> str | None:
-        return next((f"{name} exited with status {p.returncode}" for name, p in self.children if p.poll() is not None), None)
-
-
 def run_up(plan: UpPlan) -> int:
     check_ports_free(plan, _file_config(plan).serving.host)
-    stack = Stack()
+    stack = Stack(plan.restart_policy)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
         start_all(stack, plan)
         _announce(plan)
         while not stopping:
-            failure = stack.failed_child()
-            if failure:
-                raise SpecdecError(f"{failure}; stopping the others")
-            time.sleep(0.5)
+            stack.supervise(time.monotonic())  # restarts what exited; a SpecdecError once one keeps exiting
+            time.sleep(SUPERVISE_INTERVAL_S)
     except KeyboardInterrupt:
         pass
     finally:
@@ -228,15 +204,19 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     side = _draft_side(plan)
     target, draft_args, num_draft_tokens = side.target, side.args, side.num_draft_tokens
     # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
+    draft_healthy = partial(grpc_serving, f"localhost:{plan.draft_port}")
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
-                          "--metrics-port", str(plan.draft_metrics_port)], niceness=side.niceness)
-    _wait_healthy("draft", stack, partial(grpc_serving, f"localhost:{plan.draft_port}"))
+                          "--metrics-port", str(plan.draft_metrics_port)], niceness=side.niceness, probe=draft_healthy)
+    _wait_healthy("draft", stack, draft_healthy)
+    verify_healthy = partial(grpc_serving, f"localhost:{plan.verify_port}")
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--host", LOOPBACK, "--port", str(plan.verify_port),
                            "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",
-                           *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])])
-    _wait_healthy("verify", stack, partial(grpc_serving, f"localhost:{plan.verify_port}"))
-    stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}"])
-    _wait_healthy("gateway", stack, partial(http_ok, f"http://localhost:{plan.gateway_port}/ready"))
+                           *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])], probe=verify_healthy)
+    _wait_healthy("verify", stack, verify_healthy)
+    gateway_healthy = partial(http_ok, f"http://localhost:{plan.gateway_port}/ready")
+    stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port),
+                            "--verify-endpoint", f"localhost:{plan.verify_port}"], probe=gateway_healthy)
+    _wait_healthy("gateway", stack, gateway_healthy)
 
 
 def _wait_healthy(name: str, stack: Stack, probe) -> None:

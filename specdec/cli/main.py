@@ -9,6 +9,7 @@ import sys
 from pydantic import ValidationError
 
 from specdec.cli.flags import flag_for, name_flags
+from specdec.cli.restarts import CRASH_LIMIT, CRASH_WINDOW_S, FIRST_DELAY_S, MAX_DELAY_S
 from specdec.errors import SpecdecError, describe_validation_error
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--verify-port", type=int, default=50052)
     up.add_argument("--draft-metrics-port", type=int, default=9101)
     up.add_argument("--verify-metrics-port", type=int, default=9102)
+    up.add_argument("--crash-limit", type=int, default=CRASH_LIMIT, metavar="N",
+                    help=f"a service that exits is restarted (backoff {FIRST_DELAY_S:g}s doubling to {MAX_DELAY_S:g}s); once one "
+                         f"has exited this many times within --crash-window, up stops the stack and exits 1 "
+                         f"(default {CRASH_LIMIT}; 1: never restart)")
+    up.add_argument("--crash-window", type=float, default=CRASH_WINDOW_S, metavar="SECONDS",
+                    help=f"the window in which --crash-limit counts one service's exits (default {CRASH_WINDOW_S:g})")
     show = commands.add_parser("config", help="configuration tools").add_subparsers(dest="config_command", required=True)
     show.add_parser("show", help="print the effective configuration as YAML").add_argument("--config")
     return parser

@@ -23,6 +23,8 @@ from specdec.serving.ports import bare_host, describe_os_error, listen_error
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _ROUND_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _DRAFT_LENGTH_BUCKETS = (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
+# Set by `specdec up` on a service it restarted: how many times it has restarted that service so far.
+RESTARTS_ENV = "SPECDEC_RESTARTS"
 
 
 class ServiceMetrics:
@@ -40,6 +42,10 @@ class ServiceMetrics:
         self.model_memory.labels("cpu", "rss").set_function(_rss_bytes)
         self.device_memory_total.labels("cpu").set_function(_host_memory_bytes)
         self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "Draft tokens proposed", registry=registry)
+        # A restart resets every counter here, so the count lives with the supervisor, which hands it over.
+        self.process_restarts = Gauge("specdec_process_restarts", f"Restarts of this service by `specdec up` so far (${RESTARTS_ENV}; "
+                                      "0 elsewhere: compose and Kubernetes count their own)", registry=registry)
+        self.process_restarts.set(_restarts_from_environment())
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Serve /metrics on host:port (port 0 = do not serve); a port it cannot listen on is a SpecdecError."""
@@ -123,6 +129,13 @@ class DraftMetrics(ServiceMetrics):
 def _round_duration(registry: CollectorRegistry) -> Histogram:
     return Histogram("specdec_round_duration_seconds", "Verification round time by phase (draft, target, transport)", ["phase"],
                      registry=registry, buckets=_ROUND_BUCKETS)
+
+
+def _restarts_from_environment() -> int:
+    try:
+        return max(0, int(os.environ.get(RESTARTS_ENV, "0")))
+    except ValueError:
+        return 0
 
 
 def _rss_bytes() -> float:

@@ -55,6 +55,7 @@ GAUGES = {
     "specdec_model_memory_bytes",
     "specdec_device_memory_total_bytes",
     "specdec_load_policy_drafting",
+    "specdec_process_restarts",
 }
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Names that can appear in a query: a histogram only through its series.
