@@ -7,9 +7,12 @@ time. Worker processes run at a lower CPU priority, so on a host with few cores 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -23,12 +26,19 @@ log = logging.getLogger(__name__)
 CHECK_WORKERS = max(1, min(2, (os.cpu_count() or 2) // 2))
 MAX_WAITING_CHECKS = 16
 WORKER_NICENESS = 10
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 Result = TypeVar("Result")
 
 
-def _lower_priority() -> None:
+def _worker_setup(gateway_pid: int) -> None:
+    """Lower the worker's priority, and end it with the gateway: a gateway killed with SIGKILL cannot
+    stop its workers itself, so on Linux the kernel is asked to (PR_SET_PDEATHSIG)."""
     os.nice(WORKER_NICENESS)
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != gateway_pid:  # the gateway died before the request took effect
+            os._exit(0)
 
 
 class CheckWorkers:
@@ -43,7 +53,8 @@ class CheckWorkers:
 
     def _new_executor(self) -> ProcessPoolExecutor:
         # NOTE: spawned, never forked: the gateway's gRPC channels and threads do not survive a fork.
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_lower_priority)
+        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_setup,
+                                   initargs=(os.getpid(),))
 
     async def run(self, function: Callable[..., Result], *args) -> Result:
         """`function(*args)` in a worker process; its exceptions reach the caller."""

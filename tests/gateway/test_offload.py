@@ -88,3 +88,24 @@ def test_a_worker_that_dies_fails_its_job_explicitly_and_the_next_job_gets_a_new
 
 def _raise(error: Exception) -> None:
     raise error
+
+
+def test_workers_end_with_a_gateway_killed_with_sigkill(tmp_path):
+    # A gateway restarted after kill -9 (specdec up, compose) must not leave its workers behind.
+    import subprocess
+    import sys
+
+    script = ("import asyncio, os, time\nfrom gateway.offload import CheckWorkers\n"
+              "pool = CheckWorkers(workers=1)\nprint(asyncio.run(pool.run(os.getpid)), flush=True)\ntime.sleep(60)\n")
+    gateway = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(gateway.stdout.readline())
+        assert os.path.exists(f"/proc/{worker_pid}")
+        gateway.kill()
+        gateway.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{worker_pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{worker_pid}"), "the check worker outlived its gateway"
+    finally:
+        gateway.kill()
