@@ -13,6 +13,7 @@ import time
 import yaml
 
 from specdec.cli.flags import config_overrides
+from specdec.errors import SpecdecError
 from specdec.serving.config import SpecdecConfig, TlsSection, load_config
 
 
@@ -196,11 +197,23 @@ def up(args: argparse.Namespace) -> int:
     config_file = args.config or os.environ.get("SPECDEC_CONFIG")
     if config_file:
         load_config(config_file)  # fail fast, in one line, on a bad file
+    for flag, source in (("--target", args.target), ("--draft", args.draft)):
+        _check_local_model(flag, source)  # before any service starts: the draft would otherwise fail first, about something else
     return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
                          gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
                          draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny,
                          num_draft_tokens=args.num_draft_tokens, gguf_threads=args.gguf_threads,
                          restart_policy=RestartPolicy(crash_limit=args.crash_limit, crash_window_s=args.crash_window)))
+
+
+def _check_local_model(flag: str, source: str | None) -> None:
+    """A model given as a local path (absolute, relative with ./ or ../, ~, or a .gguf file) must exist."""
+    if not source:
+        return
+    path = os.path.expanduser(source)
+    looks_local = source.startswith(("/", "./", "../", "~")) or source.endswith(".gguf")
+    if looks_local and not os.path.exists(path):
+        raise SpecdecError(f"{flag} {source}: no such file or directory (a Hugging Face model directory or a .gguf file)")
 
 
 def healthcheck(args: argparse.Namespace) -> int:
@@ -263,7 +276,6 @@ def memory_plan(args: argparse.Namespace) -> int:
 
 
 def check_lossless(args: argparse.Namespace) -> int:
-    from specdec.errors import SpecdecError
     from specdec.cli.lossless_check import REJECTION_PROMPTS, USEFUL_TV, best_case_detectable_tv, run
     from specdec.lossless_stats import POWER, SIGNIFICANCE
 

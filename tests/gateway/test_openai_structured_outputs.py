@@ -118,7 +118,10 @@ def smollm2_client(service_loop):
 @pytest.mark.parametrize("response_format", [JSON_SCHEMA_FORMAT, {"type": "json_object"}], ids=["json_schema", "json_object"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_smollm2_structured_outputs_validate_and_stop(smollm2_client, response_format, stream):
-    common = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 160, "temperature": 0.7, "seed": 1, "response_format": response_format}
+    # Coupled: the sample is the seed's, whatever the draft proposed (with rejection it follows the draft's
+    # timing, and under load a sample ran past max_tokens inside a string).
+    common = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 160, "temperature": 0.7, "seed": 1, "response_format": response_format,
+              "extra_body": {"speculative": {"acceptance": "coupled"}}}
     if stream:
         chunks = list(smollm2_client.chat.completions.create(**common, stream=True))
         content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)

@@ -74,6 +74,8 @@ def runs(tiny_pair_paths, work_dir, tiny_ggufs) -> dict[str, Run]:
         "big_top_p": (*with_target, "--draft", draft, "--top-p", "1.5"),
         "zero_draft_tokens": (*with_target, "--draft", draft, "--num-draft-tokens", "0"),
         "missing_target": (*GENERATE, "--target", "/nonexistent/path", "--draft-method", "ngram"),
+        # `up` with a target and no draft: the draft service starts first, and used to fail about the missing draft.
+        "up_missing_target": ("up", "--target", "/nonexistent/target"),
         "foreign_draft": (*with_target, "--draft", str(work_dir / "foreign-draft")),
         "model_method_without_draft": (*with_target, "--draft-method", "model"),
         "unparsable_max_tokens": (*with_target, "--max-tokens", "many"),
@@ -189,6 +191,11 @@ def test_out_of_range_flag_is_one_line_naming_it(runs, name, flag):
 def test_missing_target_is_one_line_naming_flag_and_path(runs):
     _one_line_error(runs["missing_target"], "/nonexistent/path")
     _one_line_error(runs["missing_target"], "--target")
+
+
+def test_up_names_a_missing_target_before_starting_anything(runs):
+    line = _one_line_error(runs["up_missing_target"], "--target /nonexistent/target: no such file or directory")
+    assert "draft" not in line
 
 
 @pytest.mark.parametrize("name, needle", [("serve_draft_missing", "--draft: model path not found: /nonexistent/draft"),
