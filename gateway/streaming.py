@@ -85,8 +85,13 @@ def _chunks(completion: Completion, choice: Choice, response: verify_pb2.Generat
         body["text"] = response.text
     if completion.provenance:
         body["provenance"] = round_provenance(response, choice.rounds)
-    bodies = [body] + [{"index": choice.index, "finish_reason": None, "logprobs": None, "delta": {"tool_calls": [delta]}}
-                       for call in output.calls for delta in call.stream_deltas()]
+    calls = [{"index": choice.index, "finish_reason": None, "logprobs": None, "delta": {"tool_calls": [delta]}}
+             for call in output.calls for delta in call.stream_deltas()]
+    # NOTE: a round whose text is held back (a possible call's start, an unfinished character) says nothing: no empty delta.
+    said = not completion.chat or output.content or body["logprobs"] or "provenance" in body
+    bodies = [body, *calls] if said or not calls else calls
+    if not (said or calls or response.finish_reason):
+        return []
     bodies[-1]["finish_reason"] = choice.finish_reason if response.finish_reason else None
     return [{**completion.envelope(chunk=True), "choices": [item]} for item in bodies]
 

@@ -97,3 +97,12 @@ def test_without_tools_or_with_tool_choice_none_markers_are_plain_content():
 def test_parallel_tool_calls_false_keeps_one_call():
     choice = whole_response(completion(parallel_tool_calls=False), rounds(OUTPUT, 9))["choices"][0]
     assert [call["function"]["name"] for call in choice["message"]["tool_calls"]] == ["get_weather"]
+
+
+def test_rounds_whose_text_is_held_back_send_no_empty_deltas():
+    # The parser holds back a possible call's text until it knows: those rounds used to stream
+    # `"content": ""` deltas (about 30 before a call).
+    chunks = streamed_chunks(completion(), rounds(OUTPUT, 2))
+    bodies = [chunk["choices"][0] for chunk in chunks if chunk["choices"]][1:]  # after the role chunk
+    assert bodies and all(body["delta"] and body["delta"] != {"content": ""} for body in bodies if not body["finish_reason"]), bodies
+    assert assembled_choice(chunks).message.content == "I will check."
