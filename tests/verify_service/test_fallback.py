@@ -47,6 +47,9 @@ def processes(tiny_pair_paths):
     try:
         _wait_serving(VerifyClient(f"127.0.0.1:{draft_port}"), draft)
         _wait_serving(client, verify)
+        # NOTE: a fresh draft's first block (lazy initialisation) can miss the 2 s round deadline on a loaded
+        # host, and that request then falls back by design: warm both processes once.
+        client.generate(PROMPT, max_tokens=8, temperature=0)
         yield {"draft": draft, "verify": verify, "client": client}
     finally:
         client.close()
