@@ -245,6 +245,7 @@ class ChatCompletionRequest(_SamplingRequest):
     tools: list[FunctionTool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = Field(None, description='default "auto" with tools, else "none"')
     parallel_tool_calls: bool = Field(True, description="false: at most one call per choice")
+    _tools_json: str | None = PrivateAttr(None)  # gateway/upstream.py tools_json, computed once
     # Not honoured: accepted only as NO_OP_VALUES says.
     functions: Any = None
     function_call: Any = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from gateway.offload import CheckWorkers
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from gateway.streaming import ClosingStreamingResponse, stream_events
 from gateway.tool_constraint import needs_checked_grammar, request_grammar
-from gateway.upstream import Upstream
+from gateway.upstream import Upstream, tools_json
 from specdec.serving.config import SpecdecConfig
 from specdec.serving.metrics import GatewayMetrics
 from specdec.v1 import common_pb2
@@ -165,13 +164,6 @@ def _without_prompt(request: ChatCompletionRequest | CompletionRequest) -> ChatC
     return request.model_copy(update={"prompt": ""})
 
 
-def _tools_chars(request: ChatCompletionRequest) -> int:
-    """The characters of the tools' JSON, as verify receives it (gateway/upstream.py chat_messages); the
-    schemas inside are capped (MAX_TOOL_SCHEMA_CHARS), so this is cheap."""
-    tools = request.active_tools
-    return len(json.dumps([tool.model_dump(exclude_none=True) for tool in tools])) if tools else 0
-
-
 def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, status: common_pb2.ServerStatus) -> None:
     """Verify's refusal of a prompt that cannot fit (verify_service/requests.py), made before the gRPC
     request is built: a prompt of megabytes then costs its parsing here and nothing more."""
@@ -184,7 +176,7 @@ def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, sta
         count, size = (len(parts) if chat else 0), sum(map(len, parts))
     else:
         count, size = len(request.prompt), 0
-    tools = _tools_chars(request) if chat else 0  # rendered into the prompt: verify counts them in the same bound
+    tools = len(tools_json(request)) if chat else 0  # rendered into the prompt: verify counts them in the same bound
     prediction = len(request.prediction.text()) if chat and request.prediction is not None else 0
     if prediction > status.max_prompt_chars:
         raise bad_request(f"prediction: {prediction} characters cannot fit in the model's context of {status.max_context} tokens "

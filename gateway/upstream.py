@@ -124,10 +124,19 @@ def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_
     return message
 
 
+def tools_json(request: ChatCompletionRequest) -> str:
+    """The tools to render, as the JSON verify receives ("" for none); built once per request (the
+    prompt-length check counts it before the gRPC request is built)."""
+    if request._tools_json is None:
+        tools = request.active_tools
+        request._tools_json = json.dumps([tool.model_dump(exclude_none=True) for tool in tools]) if tools else ""
+    return request._tools_json
+
+
 def chat_messages(request: ChatCompletionRequest) -> verify_pb2.ChatMessages:
     """The conversation, calls and results included, and the tools to render (none with tool_choice "none")."""
     tools = request.active_tools
-    chat = verify_pb2.ChatMessages(tools_json=json.dumps([tool.model_dump(exclude_none=True) for tool in tools]) if tools else "")
+    chat = verify_pb2.ChatMessages(tools_json=tools_json(request))
     for message in request.messages:
         calls = [verify_pb2.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
                  for call in message.tool_calls or []]
