@@ -82,7 +82,9 @@ def http_error(error: grpc.aio.AioRpcError, grammar_param: str = "response_forma
         match = _FIELD.match(details)
         names = {**_PARAM_NAMES, "grammar": grammar_param, "options.grammar": grammar_param}
         param = names.get(match.group(1), match.group(1)) if match else None
-        return bad_request(details, param)
+        # The message names the HTTP field too, not verify's gRPC one ("options.grammar: ..." -> "response_format: ...").
+        message = f"{param}: {details[match.end():]}" if match else details
+        return bad_request(message, param)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return overloaded(f"the verify service is at capacity: {details}", retry_after_s=1)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION):
