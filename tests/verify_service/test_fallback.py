@@ -41,8 +41,10 @@ def _wait_serving(client: VerifyClient, process: subprocess.Popen, timeout: floa
 def processes(tiny_pair_paths):
     draft_port, verify_port = free_port(), free_port()
     draft = _spawn("draft", "--draft", str(tiny_pair_paths.draft), "--port", str(draft_port))
-    verify = _spawn("verify", "--target", str(tiny_pair_paths.target), "--port", str(verify_port),
-                    "--draft-endpoint", f"127.0.0.1:{draft_port}")
+    # NOTE: a generous round deadline: on the suite's loaded 2 cores one slow block made a whole request fall
+    # back (by design: test_a_draft_slower_than_its_deadline_falls_back tests that); these tests are about processes.
+    verify = spawn_service("verify", "--target", str(tiny_pair_paths.target), "--port", str(verify_port), "--metrics-port", "0",
+                           "--draft-endpoint", f"127.0.0.1:{draft_port}", env={"SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000"})
     client = VerifyClient(f"127.0.0.1:{verify_port}")
     try:
         _wait_serving(VerifyClient(f"127.0.0.1:{draft_port}"), draft)

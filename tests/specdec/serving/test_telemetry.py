@@ -58,7 +58,9 @@ def receiver():
 def traced_stack(receiver, tiny_pair_paths, tmp_path_factory):
     _, otlp_port = receiver
     env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
-           "OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+           "OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
+           # A generous round deadline: on a loaded host one slow block made the request fall back, and the trace lacked the draft's spans.
+           "SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000"}
     ports = {name: free_port() for name in ("draft", "verify", "gateway")}
     logs = tmp_path_factory.mktemp("traced")
     commands = {
