@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -101,30 +102,30 @@ def test_a_draft_slower_than_its_deadline_falls_back(make_verify_server, tiny_ta
 
 
 class _SlowDraft:
-    """A draft whose first block takes `first_block_s` longer (a long prompt's prefill on a slow draft), and that
+    """A draft whose first block waits until `prefilled` is set (a long prompt's prefill on a slow draft), and that
     takes `backlog_s` to take in its first run of more than 16 tokens it did not draft (a prediction's)."""
 
-    def __init__(self, inner, first_block_s: float = 0.0, backlog_s: float = 0.0) -> None:
-        self.inner, self.first_block_s, self.backlog_s, self.name = inner, first_block_s, backlog_s, "slow"
+    def __init__(self, inner, prefilled: threading.Event | None = None, backlog_s: float = 0.0) -> None:
+        self.inner, self.prefilled, self.backlog_s, self.name = inner, prefilled, backlog_s, "slow"
 
     def batched(self, options):
-        return _SlowDraft(self.inner.batched(options), self.first_block_s, self.backlog_s)
+        return _SlowDraft(self.inner.batched(options), self.prefilled, self.backlog_s)
 
     def open(self, request):
-        return _SlowDraftSession(self.inner.open(request), self.first_block_s, self.backlog_s)
+        return _SlowDraftSession(self.inner.open(request), self.prefilled, self.backlog_s)
 
 
 class _SlowDraftSession:
-    def __init__(self, session, first_block_s: float, backlog_s: float) -> None:
-        self.session, self.first_block_s, self.backlog_s = session, first_block_s, backlog_s
+    def __init__(self, session, prefilled: threading.Event | None, backlog_s: float) -> None:
+        self.session, self.prefilled, self.backlog_s = session, prefilled, backlog_s
 
     def __getattr__(self, name):
         return getattr(self.session, name)
 
     def propose(self, num_tokens: int):
-        if num_tokens and self.first_block_s:
-            time.sleep(self.first_block_s)
-            self.first_block_s = 0
+        if num_tokens and self.prefilled is not None:
+            self.prefilled.wait(timeout=30)
+            self.prefilled = None
         return self.session.propose(num_tokens)
 
     def feedback(self, num_accepted, appended_ids, *accepted_nodes):
@@ -136,11 +137,17 @@ class _SlowDraftSession:
 
 def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(make_draft_server, make_verify_server, tiny_target,
                                                                               tiny_draft, greedy_reference):
-    # Its first block comes 0.6 s late, past the 0.3 s per-round deadline: the rounds meanwhile are plain.
-    draft = make_draft_server(_SlowDraft(ModelDrafter(tiny_draft.model), first_block_s=0.6), tiny_draft)
+    # Its first block comes only after two rounds have streamed, past the 0.3 s per-round deadline: those rounds
+    # are plain. NOTE: released by the test, not after a fixed sleep: a fast host decoded all 300 tokens before a
+    # 0.6 s sleep ended (CI), and then nothing was left to draft.
+    prefilled = threading.Event()
+    draft = make_draft_server(_SlowDraft(ModelDrafter(tiny_draft.model), prefilled=prefilled), tiny_draft)
     server = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}", draft_round_timeout_ms=300)
     with VerifyClient(f"127.0.0.1:{server.port}") as client:
-        responses = list(client.generate_stream(PROMPT, max_tokens=300, temperature=0, ignore_eos=True))
+        stream = client.generate_stream(PROMPT, max_tokens=300, temperature=0, ignore_eos=True)
+        responses = [next(stream), next(stream), next(stream)]
+        prefilled.set()
+        responses.extend(stream)
     assert [token for response in responses for token in response.token_ids] == greedy_reference
     summary = responses[-1].summary
     assert not summary.fallback and summary.draft_tokens > 0
