@@ -60,7 +60,7 @@ def _output_delta(parser: ToolCallParser | None, response: verify_pb2.GenerateRe
     if parser is None:
         return OutputDelta(response.text)
     delta = parser.feed(response.text)
-    return delta.extend(parser.finish()) if response.finish_reason else delta
+    return delta.extend(parser.finish(response.finish_reason)) if response.finish_reason else delta
 
 
 class Completion:

@@ -5,6 +5,11 @@ prompt asks for: specdec/serving/tool_prompt.py). A streamed and a whole output 
 so their calls and content are the same. NOTE: text that may be the start of a marker is held back
 until it is known not to be one, so no marker reaches the content; whitespace next to a call is
 dropped (held back while it may be), as OpenAI gives content without the calls' separators.
+
+An output that ends inside a call (cut short by max_tokens, or stopped mid-call) returns the calls
+completed before it and the content outside it: the unfinished call is dropped, neither content nor a
+call, and the choice keeps its finish_reason ("length" for a cut). A possible marker start held back
+when the output is cut short is dropped with it. No tool-call markup reaches `content` that way.
 """
 
 from __future__ import annotations
@@ -91,10 +96,23 @@ class ToolCallParser:
             delta.content += self._content(before.rstrip())
             self.gap, self.in_call = before[len(before.rstrip()):], True
 
-    def finish(self) -> OutputDelta:
-        """The end of the output: an unfinished call stays content, as written."""
-        text = f"{self.gap}{TOOL_CALL_OPEN}{self.pending}" if self.in_call else self.pending
-        self.pending, self.in_call = "", False
+    def finish(self, finish_reason: str = "stop") -> OutputDelta:
+        """The end of the output, which stopped for `finish_reason` (verify's: "stop", "length").
+
+        An unfinished call (its open marker and no close: a forced call cut short by max_tokens, say) is
+        dropped, not returned as content: the choice gives the calls completed before it, the content
+        outside it and its own finish_reason ("length"). Held-back text that may start a marker is
+        dropped too when the output was cut short ("length": it was most likely a call's start, "<tool_c");
+        after a model's own stop it was not a marker, and is content.
+        """
+        held = _held_marker_prefix(self.pending)
+        if self.in_call:  # the whitespace before it is a call's separator: not content either
+            text = ""
+        elif finish_reason == "length" and held:
+            text = self.pending[:-held].rstrip()  # likewise the whitespace before a cut marker
+        else:
+            text = self.pending
+        self.pending, self.gap, self.in_call = "", "", False
         return OutputDelta(self._content(text.rstrip() if self.calls else text))
 
     def _release(self, size: int) -> str:
@@ -141,7 +159,7 @@ def _parse_call(body: str, functions: set[str]) -> tuple[str, str] | None:
     return call["name"], json.dumps(arguments, ensure_ascii=False)
 
 
-def parse_output(text: str, functions: set[str], parallel: bool = True) -> OutputDelta:
+def parse_output(text: str, functions: set[str], parallel: bool = True, finish_reason: str = "stop") -> OutputDelta:
     """A whole output at once (what feeding it in pieces gives, in one delta)."""
     parser = ToolCallParser(functions, parallel)
-    return parser.feed(text).extend(parser.finish())
+    return parser.feed(text).extend(parser.finish(finish_reason))

@@ -140,6 +140,29 @@ def test_a_forced_call_is_one_call_whose_arguments_validate_streamed_or_not(clie
     assert [(c.function.name, c.function.arguments) for c in streamed.message.tool_calls] == [(call.function.name, call.function.arguments)]
 
 
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "f"}}])
+def test_a_forced_call_cut_short_by_max_tokens_leaves_no_markup_in_content(client, tool_choice):
+    # issue 29: with max_tokens 60 a forced call came back finish_reason "length" with the cut call's raw
+    # `<tool_call>` markup in `content`, next to the call completed before it. With parallel calls the
+    # grammar lets the tiny model call again until max_tokens; greedy, so a shorter max_tokens cuts the
+    # same text: cut inside the first call, right after it (a partial opening marker) and in the second.
+    forced = {**FORCED, "parallel_tool_calls": True, "tool_choice": tool_choice, "max_tokens": 76}
+    full = client.chat.completions.create(**forced, extra_body={"speculative": {"provenance": True}}).choices[0]
+    texts = [token["text"] for token in full.model_extra["provenance"]["tokens"]]
+    prefixes = ["".join(texts[:size]) for size in range(len(texts) + 1)]
+    inside = [size for size, text in enumerate(prefixes) if text.count("<tool_call>") > text.count("</tool_call>")]
+    opening = [size for size, text in enumerate(prefixes) if text.count("</tool_call>") == 1 and text.endswith(("\n<", "<tool"))]
+    cuts = sorted({inside[0], inside[len(inside) // 3], *opening[:1], inside[-1]})
+    assert len(full.message.tool_calls) == 1 and prefixes[inside[-1]].count("</tool_call>") == 1, prefixes[-1]  # a second call, cut
+    for size in cuts:
+        cut = {**forced, "max_tokens": size}
+        complete = prefixes[size].count("</tool_call>")
+        for choice in (client.chat.completions.create(**cut).choices[0], streamed_choice(client, **cut)):
+            assert choice.finish_reason == "length" and not choice.message.content, (size, prefixes[size], choice)
+            assert [(call.function.name, call.function.arguments) for call in choice.message.tool_calls or []] == \
+                   [(call.function.name, call.function.arguments) for call in full.message.tool_calls[:complete]]
+
+
 def test_forced_calls_with_sampling_all_validate(client):
     for seed in range(4):
         reply = client.chat.completions.create(**{**FORCED, "temperature": 1.0, "seed": seed}, tool_choice="required",

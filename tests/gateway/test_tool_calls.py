@@ -19,10 +19,10 @@ def calls_of(delta) -> list[tuple[str, dict]]:
     return [(call.name, json.loads(call.arguments)) for call in delta.calls]
 
 
-def fed_in_pieces(text: str, size: int, parallel: bool = True):
+def fed_in_pieces(text: str, size: int, parallel: bool = True, finish_reason: str = "stop"):
     """What a stream of `size`-character pieces releases: the content and the calls, assembled."""
     parser = ToolCallParser(FUNCTIONS, parallel)
-    deltas = [parser.feed(text[start:start + size]) for start in range(0, len(text), size)] + [parser.finish()]
+    deltas = [parser.feed(text[start:start + size]) for start in range(0, len(text), size)] + [parser.finish(finish_reason)]
     return "".join(delta.content for delta in deltas), [call for delta in deltas for call in delta.calls]
 
 
@@ -73,10 +73,30 @@ def test_a_block_that_is_not_a_call_to_a_known_function_stays_content(body):
     assert delta.content == text and delta.calls == []
 
 
-def test_an_unfinished_call_stays_content():
-    text = 'Calling: <tool_call>\n{"name": "add", "arguments": {"a": 1'
-    assert parse_output(text, FUNCTIONS).content == text
-    assert fed_in_pieces(text, 4)[0] == text
+@pytest.mark.parametrize("finish_reason", ["length", "stop"])
+@pytest.mark.parametrize("size", [1, 4, 1000])
+def test_an_unfinished_call_is_dropped_never_content(finish_reason, size):
+    # A forced call cut short by max_tokens used to come back as raw markup in `content`, next to the
+    # calls completed before it (issue 29).
+    for text, content, calls in (('Calling: <tool_call>\n{"name": "add", "arguments": {"a": 1', "Calling:", []),
+                                 (f'{WEATHER}\n<tool_call>\n{{"name": "add", "argu', "", ["get_weather"]),
+                                 (f"{ADD}\n<tool_call>", "", ["add"]),
+                                 ("<tool_call>", "", [])):
+        parser = ToolCallParser(FUNCTIONS)
+        deltas = [parser.feed(text[start:start + size]) for start in range(0, len(text), size)] + [parser.finish(finish_reason)]
+        assert "".join(delta.content for delta in deltas) == content
+        assert [call.name for delta in deltas for call in delta.calls] == calls
+        whole = parse_output(text, FUNCTIONS, finish_reason=finish_reason)
+        assert whole.content == content and [call.name for call in whole.calls] == calls
+
+
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_a_marker_start_cut_short_is_dropped_and_kept_after_a_stop(size):
+    for text, cut in (("Let me check. <tool_c", "Let me check."), (f"{ADD}\n<tool", ""), ("a <", "a"), ("Hi.  ", "Hi.  ")):
+        assert parse_output(text, FUNCTIONS, finish_reason="length").content == cut
+        assert fed_in_pieces(text, size, finish_reason="length")[0] == cut
+    # the model's own end: the text was not a marker
+    assert parse_output("Let me check. <tool_c", FUNCTIONS).content == "Let me check. <tool_c"
 
 
 def test_arguments_given_as_a_json_string_or_as_parameters_are_accepted():

@@ -106,3 +106,24 @@ def test_rounds_whose_text_is_held_back_send_no_empty_deltas():
     bodies = [chunk["choices"][0] for chunk in chunks if chunk["choices"]][1:]  # after the role chunk
     assert bodies and all(body["delta"] and body["delta"] != {"content": ""} for body in bodies if not body["finish_reason"]), bodies
     assert assembled_choice(chunks).message.content == "I will check."
+
+
+@pytest.mark.parametrize("size", [1, 4, 1000])
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_a_call_cut_short_leaves_no_markup_in_content_whole_or_streamed(size, tool_choice):
+    # issue 29: a forced call cut short by max_tokens came back with finish_reason "length" and its raw
+    # `<tool_call>` markup in `content`, next to the call completed before it.
+    inside_second_call = OUTPUT[:OUTPUT.rindex('"a": 1')]
+    for text, content, calls in ((inside_second_call, "I will check.", ["get_weather"]),
+                                 ("I will check.\n<tool_c", "I will check.", []),  # an opening marker, cut
+                                 (OUTPUT.split("\n", 1)[1][:30], None, [])):  # a forced call's first, cut
+        shape = completion(tool_choice=tool_choice)
+        whole = ChatCompletion.model_validate(whole_response(shape, rounds(text, size, finish_reason="length"))).choices[0]
+        chunks = streamed_chunks(shape, rounds(text, size, finish_reason="length"))
+        streamed = assembled_choice(chunks)
+        assert whole.finish_reason == streamed.finish_reason == "length"
+        assert (whole.message.content or None) == (streamed.message.content or None) == (content or None)
+        assert [call.function.name for call in whole.message.tool_calls or []] == calls
+        assert [call.function.name for call in streamed.message.tool_calls or []] == calls
+        deltas = [chunk["choices"][0]["delta"].get("content") or "" for chunk in chunks if chunk["choices"]]
+        assert not any("<" in delta or "{" in delta for delta in deltas), deltas
