@@ -24,7 +24,8 @@ import torch
 from pair_args import pair_parser
 from specdec.cli.bench import DEFAULT_PROMPTS, load_prompts
 from specdec.default_models import pair_or_default
-from specdec.drafters.gguf import GgufDrafter, GgufSequence
+from specdec.drafters.gguf import GgufDrafter
+from specdec.engines.llama_cpp import GgufSequence
 from specdec.drafters.ngram import lookup_continuation
 from specdec.gguf_model import GgufOptions, load_gguf
 from specdec.kv_cache import CachedSequence, PrefixCache

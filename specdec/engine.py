@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from specdec.batching.packed_forward import model_parts
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
-from specdec.serving.config import DraftMethod, ModelSection, SpecdecConfig, Verification
+from specdec.serving.config import DraftMethod, ModelSection, SpecdecConfig, TargetEngine, Verification
 from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError, SpecdecError
+from specdec.engines import TargetModel, load_engine, resolve_engine
 from specdec.generation import SpeculativeGenerator
-from specdec.kv_cache import TREE_NEEDS_PACKED
 from specdec.models import LoadedModel, check_vocab_compatible, load_model, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -25,7 +24,7 @@ def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
     draft = None
     if config.speculative.enabled and models.draft_method is DraftMethod.MODEL:
         draft = _load_draft(models)
-    target = _load("model.target_path", models.target_path, device=models.device, dtype=models.dtype)
+    target = load_engine(models)
     check_tree_support(config, target, "model.target_path")
     if draft is not None:
         check_tree_support(config, draft, "model.draft_path")
@@ -44,10 +43,10 @@ def with_prompt_lookup(drafter: Drafter, models: ModelSection) -> Drafter:
     return PromptLookupDrafter(drafter, LookupSettings(models.prompt_lookup_min_ngram, models.prompt_lookup_max_ngram, models.model_draft_tokens))
 
 
-def check_tree_support(config: SpecdecConfig, loaded: LoadedModel, setting: str) -> None:
-    """Refuse at start a tree configuration whose model the tree-masked packed pass cannot run."""
-    if config.speculative.verification is Verification.TREE and model_parts(loaded.model) is None:
-        raise SpecdecError(f"{setting}: {loaded.model.config.model_type} models cannot verify or draft token trees: {TREE_NEEDS_PACKED}")
+def check_tree_support(config: SpecdecConfig, loaded: TargetModel, setting: str) -> None:
+    """Refuse at start a tree configuration whose model cannot verify or draft token trees."""
+    if config.speculative.verification is Verification.TREE and not loaded.supports_trees:
+        raise SpecdecError(f"{setting}: {loaded.tree_refusal}")
 
 
 def _load_draft(models: ModelSection) -> LoadedModel:
@@ -76,7 +75,9 @@ def _model_drafter(target: LoadedModel, draft: LoadedModel | None, models: Model
     return ModelDrafter(draft.model)
 
 
-def _layer_skip_drafter(target: LoadedModel, _draft: LoadedModel | None, models: ModelSection) -> Drafter:
+def _layer_skip_drafter(target: TargetModel, _draft: LoadedModel | None, models: ModelSection) -> Drafter:
+    if resolve_engine(models, models.target_path) is not TargetEngine.HF:
+        raise SpecdecError("draft_method=layer_skip drafts with the target's own torch layers: it needs model.target_engine hf")
     total = len(target.model.get_decoder().layers)
     num_layers = models.layer_skip_layers or max(1, total // 2)
     try:
@@ -90,9 +91,13 @@ def _gguf_drafter(config: SpecdecConfig, target_tokenizer=None):  # -> GgufDraft
     from specdec.drafters.gguf import GgufDrafter, check_gguf_vocabulary
     from specdec.gguf_model import GgufOptions, default_threads, load_gguf
 
+    from specdec.engines.llama_cpp import TREES_REFUSED
+
     models = config.model
     if not models.draft_path:
         raise SpecdecError("draft_method=gguf drafts with a .gguf file: set model.draft_path or pass --draft")
+    if config.speculative.verification is Verification.TREE:
+        raise SpecdecError(f"model.draft_path: {TREES_REFUSED}")
     options = GgufOptions(threads=models.gguf_threads or config.draft_service.cpu_threads or default_threads(),
                           context_tokens=models.gguf_context_tokens, max_sequences=config.draft_service.max_sessions,
                           device=models.draft_device)

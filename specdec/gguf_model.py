@@ -9,6 +9,11 @@ of cells halfway.
 NOTE: rollback is `llama_memory_seq_rm` of the rejected tail, run by the next decode of that
 sequence (never from another thread: every call into the context holds `_lock`); the prefix is
 never evaluated again.
+
+NOTE: llama.cpp runs a one-token pass through other kernels (matrix-vector) than a pass of two or
+more tokens, whose rows are bit-identical whatever the pass's size and whichever other sequences
+share it (tests/specdec/engines/test_llama_cpp.py). `min_pass_tokens=2` pads a lone token with one
+on a scratch sequence, so a target's plain steps score exactly as its verify passes do.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class GgufOptions:
     context_tokens: int  # KV cells shared by all sequences
     max_sequences: int  # sessions open at once
     device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
+    min_pass_tokens: int = 1  # 2: every pass runs the many-token kernels (batch invariance; the module's NOTE)
+    failure: type[Exception] = DraftUnavailableError  # what a failed decode raises: a draft's is a fallback, a target's is not
 
 
 class GgufVocabulary:
@@ -64,10 +71,11 @@ class GgufVocabulary:
 class Seat:
     """One session's place in the context: a sequence id and its reserved KV cells."""
 
-    def __init__(self, seq_id: int, budget: KVBudget, capacity: int) -> None:
+    def __init__(self, seq_id: int, budget: KVBudget, capacity: int, failure: type[Exception] = DraftUnavailableError) -> None:
         self.seq_id = seq_id
         self.budget = budget
         self.capacity = capacity
+        self.failure = failure
         self.length = 0  # positions llama.cpp holds for this sequence
         self.released = False
 
@@ -76,8 +84,8 @@ class Seat:
             return
         grown = max(tokens, 2 * self.capacity)
         if not self.budget.try_grow(grown - self.capacity):
-            # The draft cannot go on, but the generation can: verify continues with the target alone.
-            raise DraftUnavailableError(f"the gguf draft's KV cache is full ({self.budget.used_tokens} of {self.budget.capacity_tokens} "
+            # A draft cannot go on, but the generation can: verify continues with the target alone.
+            raise self.failure(f"the gguf model's KV cache is full ({self.budget.used_tokens} of {self.budget.capacity_tokens} "
                                         f"cells in use); raise model.gguf_context_tokens")
         self.capacity = grown
 
@@ -112,11 +120,14 @@ class GgufModel:
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.max_context = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.tokenizer = GgufVocabulary([_token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
-        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()))
+        padded = options.min_pass_tokens > 1
+        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - padded)
+        self.scratch_seq_id = self.max_sequences if padded else None  # where a short pass's padding goes
         self.context = self._new_context()
         self.memory = llama_cpp.llama_get_memory(self.context)
         self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
-        self.budget = KVBudget(int(llama_cpp.llama_n_ctx(self.context)), self._kv_bytes_per_token())
+        pad_cells = options.min_pass_tokens - 1  # held by the padding for the length of one pass
+        self.budget = KVBudget(int(llama_cpp.llama_n_ctx(self.context)) - pad_cells, self._kv_bytes_per_token())
         self._free_seq_ids: queue.SimpleQueue[int] = queue.SimpleQueue()
         for seq_id in range(self.max_sequences):
             self._free_seq_ids.put(seq_id)
@@ -126,7 +137,7 @@ class GgufModel:
         params = lib.llama_context_default_params()
         params.n_ctx = options.context_tokens
         params.n_batch = params.n_ubatch = _BATCH_TOKENS
-        params.n_seq_max = self.max_sequences
+        params.n_seq_max = self.max_sequences + (self.scratch_seq_id is not None)
         params.n_threads = params.n_threads_batch = options.threads
         params.kv_unified = True  # one pool of cells for every sequence: sessions of any length share it
         params.no_perf = True
@@ -148,13 +159,13 @@ class GgufModel:
         try:
             seq_id = self._free_seq_ids.get(timeout=timeout_s)
         except queue.Empty:
-            raise CapacityError(f"all {self.max_sequences} sequences of the gguf draft are in use; retry later") from None
+            raise CapacityError(f"all {self.max_sequences} sequences of {self.source} are in use; retry later") from None
         try:
             self.budget.reserve(reserve_tokens, timeout_s, what="the prompt")
         except BaseException:
             self._free_seq_ids.put(seq_id)
             raise
-        return Seat(seq_id, self.budget, reserve_tokens)
+        return Seat(seq_id, self.budget, reserve_tokens, self.options.failure)
 
     def release(self, seat: Seat) -> None:
         if seat.released:
@@ -175,7 +186,7 @@ class GgufModel:
         logits: list[list[torch.Tensor]] = [[] for _ in rows]
         with self._lock:
             if self.context is None:
-                raise DraftUnavailableError(f"the gguf draft {self.source} is closed")
+                raise self.options.failure(f"the gguf model {self.source} is closed")
             for row in rows:
                 self._truncate(row.seat, row.start)
             try:
@@ -189,22 +200,40 @@ class GgufModel:
     def _truncate(self, seat: Seat, start: int) -> None:
         if seat.length > start:
             if not self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, start, -1):
-                raise DraftUnavailableError(f"llama.cpp cannot roll back sequence {seat.seq_id} of {self.source} to {start} tokens")
+                raise self.options.failure(f"llama.cpp cannot roll back sequence {seat.seq_id} of {self.source} to {start} tokens")
             seat.length = start
 
     def _decode_chunk(self, entries: Sequence[tuple[int, int, int, int, bool]], logits: list[list[torch.Tensor]]) -> None:
+        """One llama_decode of `entries` (row, seq id, position, token, logits wanted), padded to min_pass_tokens."""
+        minimum = self.options.min_pass_tokens
+        padding = [(-1, self.scratch_seq_id, position, 0, False) for position in range(minimum - len(entries))]
+        entries = [*entries, *padding]
+        outputs = [wants for *_rest, wants in entries]
+        # NOTE: llama.cpp's last layer runs only the rows whose logits are wanted: at least `minimum` of them too.
+        for index in reversed(range(len(entries))):
+            if sum(outputs) >= minimum:
+                break
+            outputs[index] = True
+        try:
+            self._decode_entries(entries, outputs, logits)
+        finally:
+            if padding:
+                self.lib.llama_memory_seq_rm(self.memory, self.scratch_seq_id, 0, -1)
+
+    def _decode_entries(self, entries: Sequence[tuple[int, int, int, int, bool]], outputs: list[bool],
+                        logits: list[list[torch.Tensor]]) -> None:
         batch = self.batch
         batch.n_tokens = len(entries)
-        for i, (_row, seq_id, position, token_id, wants_logits) in enumerate(entries):
+        for i, (_row, seq_id, position, token_id, _wants) in enumerate(entries):
             batch.token[i] = token_id
             batch.pos[i] = position
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq_id
-            batch.logits[i] = wants_logits
+            batch.logits[i] = outputs[i]
         _llama_log().begin()
         status = self.lib.llama_decode(self.context, batch)
         if status != 0:
-            raise DraftUnavailableError(f"llama.cpp could not decode {len(entries)} tokens with {self.source}: llama_decode returned "
+            raise self.options.failure(f"llama.cpp could not decode {len(entries)} tokens with {self.source}: llama_decode returned "
                                         f"{status} ({_DECODE_ERRORS.get(status, 'error')}) {_llama_log().first_error()}".rstrip())
         for i, (row, *_rest, wants_logits) in enumerate(entries):
             if wants_logits:
@@ -246,7 +275,7 @@ def load_gguf(path: str | Path, options: GgufOptions) -> GgufModel:
     try:
         import llama_cpp  # noqa: F401 -- checked here so a missing install is one clear line
     except ImportError as error:
-        raise ModelLoadError(f"draft_method gguf needs llama-cpp-python: pip install 'specdec[llama]' ({error})") from error
+        raise ModelLoadError(f"a .gguf model needs llama-cpp-python: pip install 'specdec[llama]' ({error})") from error
     _llama_log()
     return GgufModel(path, options)
 

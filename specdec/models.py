@@ -9,11 +9,13 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from specdec.batching import SequenceRunner, default_runner
+from specdec.batching import BatchingOptions, SequenceRunner, default_runner
+from specdec.batching.packed_forward import model_parts
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
 from specdec.constraints.matcher import hf_grammar_tokenizer
 from specdec.drafters import reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
+from specdec.kv_cache import TREE_NEEDS_PACKED
 from specdec.quantization import quantize_int8_weight_only
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,21 @@ class LoadedModel:
         if self.runner is None:
             self.runner = default_runner(self.model)
         return self.runner.open_sequence(reserve_tokens)
+
+    def batched_runner(self, options: BatchingOptions) -> SequenceRunner:
+        """A service's runner: packed, batched passes where the architecture allows."""
+        return default_runner(self.model, options)
+
+    @property
+    def tree_refusal(self) -> str | None:
+        """Why this model cannot verify token trees; None: it can (the packed pass supports it)."""
+        if model_parts(self.model) is not None:
+            return None
+        return f"{self.model.config.model_type} models cannot verify or draft token trees: {TREE_NEEDS_PACKED}"
+
+    @property
+    def supports_trees(self) -> bool:
+        return self.tree_refusal is None
 
     @property
     def device(self) -> torch.device:

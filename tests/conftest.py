@@ -52,6 +52,16 @@ def tiny_gguf_target(tiny_ggufs):
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_cpp_target(tiny_ggufs):
+    """The tiny target's GGUF as a target engine (specdec.engines.llama_cpp)."""
+    from gguf_support import load_llama_cpp_target
+
+    target = load_llama_cpp_target(tiny_ggufs.target)
+    yield target
+    target.close()
+
+
+@pytest.fixture(scope="session")
 def tiny_gguf_draft(tiny_ggufs):
     """The tiny draft (the target's first two layers) run by llama.cpp: a q clearly unlike p."""
     from gguf_support import load_draft_gguf

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from scipy import stats
 
 from specdec.generation import SpeculativeGenerator
-from specdec.kv_cache import CachedSequence
-from specdec.models import LoadedModel
+from specdec.engines.base import TargetModel
 from specdec.penalties import LogitsTransform
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, processed_probs
@@ -17,21 +16,24 @@ TRIALS = 1500
 JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
 
 
-def exact_joint(target: LoadedModel, prompt_ids: list[int], sampling: SamplingParams = JOINT_SAMPLING,
+def exact_joint(target: TargetModel, prompt_ids: list[int], sampling: SamplingParams = JOINT_SAMPLING,
                 transform: LogitsTransform | Callable | None = None) -> dict[tuple[int, int], float]:
     """P(first two tokens) under the target's processed distribution (after `transform`, if any)."""
-    lm = CachedSequence(target.model)
+    lm = target.open_sequence(len(prompt_ids) + 2)  # the engine's own passes, as the generations below run them
 
     def probs(sequence: list[int]):
         logits = lm.advance(sequence)[-1:].double()  # [1, vocab]
         return processed_probs((transform(logits, sequence) if transform is not None else logits)[0], sampling)
 
-    first = probs(prompt_ids)
-    joint = {}
-    for token in first.nonzero().flatten().tolist():
-        second = probs([*prompt_ids, token])
-        for next_token in second.nonzero().flatten().tolist():
-            joint[(token, next_token)] = float(first[token] * second[next_token])
+    try:
+        first = probs(prompt_ids)
+        joint = {}
+        for token in first.nonzero().flatten().tolist():
+            second = probs([*prompt_ids, token])
+            for next_token in second.nonzero().flatten().tolist():
+                joint[(token, next_token)] = float(first[token] * second[next_token])
+    finally:
+        lm.release()
     return joint
 
 

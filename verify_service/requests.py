@@ -13,9 +13,9 @@ from specdec.limits import CHAT_ROLES, MAX_DRAFT_TOKENS, MAX_STOP_CHARS, MAX_STO
 from specdec.serving.config import SpecdecConfig
 from specdec.enums import SpeculationPolicy
 from specdec.errors import InvalidRequestError, check_token_ids, field_path
-from specdec.models import LoadedModel
+from specdec.engines.base import TargetModel
 from specdec.prompts import encode_chat, encode_text
-from specdec.acceptance_modes import effective_acceptance, refusal
+from specdec.acceptance_modes import effective_acceptance, refusal, requested_acceptance
 from specdec.request import GenerationRequest
 from specdec.serving.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
 from specdec.serving.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
@@ -72,7 +72,7 @@ def check_prediction_size(prediction: str, max_context: int, max_chars: int) -> 
     return len(prediction)
 
 
-def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: LoadedModel) -> list[int]:
+def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: TargetModel) -> list[int]:
     kind = options.WhichOneof("prompt")
     if kind == "text":
         return encode_text(target.tokenizer, options.text, "options.text")
@@ -121,7 +121,7 @@ def _is_function_tool(tool) -> bool:
             and isinstance(function.get("parameters", {}), dict) and isinstance(function.get("description", ""), str))
 
 
-def generation_request(options: verify_pb2.GenerationOptions, target: LoadedModel, config: SpecdecConfig, prediction: str = "",
+def generation_request(options: verify_pb2.GenerationOptions, target: TargetModel, config: SpecdecConfig, prediction: str = "",
                        **overrides) -> GenerationRequest:
     """Build and validate; every problem is an InvalidRequestError naming its field. `prediction`:
     the text of OpenAI predicted outputs (Generate's), tokenized here like the prompt."""
@@ -132,7 +132,9 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
         "stop": list(options.stop),
         "ignore_eos": options.ignore_eos,
         "min_tokens": options.min_tokens,
-        "acceptance": acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
+        # The request's mode, else the config's, else coupled for a seeded request (its text is the seed's under any load).
+        "acceptance": requested_acceptance(acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
+                                           seeded=options.HasField("seed")),
         "num_draft_tokens": config.speculative.draft_tokens,
         "adaptive_k": config.speculative.adaptive_k,
         "min_draft_tokens": config.speculative.min_draft_tokens,
@@ -163,7 +165,7 @@ def generation_request(options: verify_pb2.GenerationOptions, target: LoadedMode
     return request
 
 
-def default_max_tokens(prompt_tokens: int, target: LoadedModel, config: SpecdecConfig) -> int:
+def default_max_tokens(prompt_tokens: int, target: TargetModel, config: SpecdecConfig) -> int:
     """max_tokens when the request sets none: the configured default, else to the end of the context."""
     room = max(1, target.max_context - prompt_tokens)  # NOTE: a prompt that fills the context is refused later, naming it
     configured = config.verify_service.default_max_tokens

@@ -12,7 +12,7 @@ from specdec.serving.config import SpecdecConfig
 from specdec.engine import check_tree_support
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits
-from specdec.models import LoadedModel, describe_memory, load_model
+from specdec.engines import TargetModel, load_engine
 from specdec.serving.rpc.server import aio_channel, run_until_signalled, set_serving
 from specdec.serving.rpc.server import create_server as create_grpc_server
 from specdec.v1 import common_pb2, draft_pb2_grpc, verify_pb2, verify_pb2_grpc
@@ -36,7 +36,7 @@ class VerifyServer:
         verify_pb2_grpc.add_VerifyServiceServicer_to_server(self.servicer, self.server)
         self.draft_channel: grpc.aio.Channel | None = None
 
-    async def start(self, target: LoadedModel | None = None) -> None:
+    async def start(self, target: TargetModel | None = None) -> None:
         await set_serving(self.health, SERVICE_NAMES, False)
         await self.server.start()
         log.info("verify service listening on port %d (NOT_SERVING while the target loads)", self.port)
@@ -79,15 +79,16 @@ class VerifyServer:
             executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _load_target(config: SpecdecConfig) -> LoadedModel:
+def _load_target(config: SpecdecConfig) -> TargetModel:
     models = config.model
     if not models.target_path:
         raise SpecdecError("no target model: set model.target_path or pass --target")
     ensure_fits(config, "target")
     started = time.perf_counter()
-    target = load_model(models.target_path, device=models.device, dtype=models.dtype)
+    settings = config.verify_service
+    target = load_engine(models, threads=settings.cpu_threads, max_sequences=settings.max_sessions)
     check_tree_support(config, target, "model.target_path")
-    log.info("loaded target %s in %.1fs (%s)", models.target_path, time.perf_counter() - started, describe_memory(target))
+    log.info("loaded target %s in %.1fs (%s)", models.target_path, time.perf_counter() - started, target.describe_memory())
     return target
 
 

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from specdec.batching import SequenceRunner, default_runner
+from specdec.batching import SequenceRunner
 from specdec.batching.service import service_batching
 from specdec.serving.config import SpecdecConfig
 from specdec.acceptance_modes import rule
@@ -21,7 +21,7 @@ from specdec.load_policy import LoadAwareSpeculation
 from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import VerifyMetrics
 from specdec.serving.pacing import KeyedRefusalPacing
-from specdec.models import LoadedModel
+from specdec.engines.base import TargetModel
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
 from specdec.request import GenerationStats
@@ -46,7 +46,7 @@ LARGE_PROMPT_CHARS = 16_384  # prompts this long are tokenized one at a time (as
 class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     def __init__(self, config: SpecdecConfig, metrics: VerifyMetrics | None = None) -> None:
         self.config = config
-        self.target: LoadedModel | None = None  # set once the model is loaded
+        self.target: TargetModel | None = None  # set once the model is loaded
         self.runner: SequenceRunner | None = None  # the target's sessions, batched: set with the target
         self.load_policy: LoadAwareSpeculation | None = None
         self.drafter: RemoteDrafter | None = None
@@ -62,12 +62,12 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.oversized = KeyedRefusalPacing(OVERSIZED_REFUSALS_PER_S)
         self.max_prompt_chars = 0  # set with the target
 
-    def set_target(self, target: LoadedModel, drafter: RemoteDrafter | None) -> None:
+    def set_target(self, target: TargetModel, drafter: RemoteDrafter | None) -> None:
         self.fingerprint = vocab_fingerprint(target.tokenizer)
         self.max_prompt_chars = max_prompt_chars(target.tokenizer, target.max_context)
         track_cuda(self.metrics, target.device)
         self.drafter = drafter
-        self.runner = default_runner(target.model, service_batching(self.config, "verify", self.metrics.registry))
+        self.runner = target.batched_runner(service_batching(self.config, "verify", self.metrics.registry))
         settings = self.config.verify_service
         if settings.load_aware_speculation:
             self.load_policy = LoadAwareSpeculation(lambda: self.sessions.active, settings.load_window_s)
@@ -77,12 +77,12 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
     async def _run(self, function, *args):
         return await run_in_thread(self.executor, function, *args)
 
-    async def _require_target(self, context: grpc.aio.ServicerContext) -> LoadedModel:
+    async def _require_target(self, context: grpc.aio.ServicerContext) -> TargetModel:
         if self.target is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the target model is still loading")
         return self.target
 
-    async def _generation_request(self, options: verify_pb2.GenerationOptions, target: LoadedModel, context,
+    async def _generation_request(self, options: verify_pb2.GenerationOptions, target: TargetModel, context,
                                   overrides: Callable[[], dict]):
         """Check the cheap limits (here, on the loop), then tokenize, validate and compile the grammar in a
         prep worker; `overrides()` gives the request-level fields (refused with the rest)."""
@@ -97,7 +97,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
 
-    async def _within_limits(self, options: verify_pb2.GenerationOptions, prediction: str, target: LoadedModel, context) -> int:
+    async def _within_limits(self, options: verify_pb2.GenerationOptions, prediction: str, target: TargetModel, context) -> int:
         """The size limits, checked from lengths alone; past one, the refusal is paced per peer (the gateway
         never sends such a request: a client that loops megabytes of them would take the loop otherwise).
         Returns the characters there are to tokenize."""
@@ -175,7 +175,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             finally:
                 await self._run(session.close)
 
-    async def _open_verify_session(self, message: verify_pb2.VerifyRequest, target: LoadedModel, context) -> TargetSession:
+    async def _open_verify_session(self, message: verify_pb2.VerifyRequest, target: TargetModel, context) -> TargetSession:
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "send `open` before any candidate block")
         generation = await self._generation_request(message.open.options, target, context, VERIFY_OVERRIDES.copy)

@@ -4,26 +4,24 @@ A quantized copy exists for almost every open model, needs no training and share
 tokenizer. Sessions are the model drafter's (model.py): q is the top `draft_top_k` of the draft's
 own logits after the request's sampling transforms, so rejection stays exact, and greedy and
 coupled drafting are the same functions. Only the cache differs: a `GgufSequence` is a
-`PrefixCache` over one llama.cpp sequence (gguf_model.py), rolled back by removing the rejected
+`PrefixCache` over one llama.cpp sequence (engines/llama_cpp.py), rolled back by removing the rejected
 tail of its KV cells, with the steps of all sessions batched into one `llama_decode`.
 
-Token trees: a llama.cpp sequence holds a chain, so this drafter proposes chains for tree requests
-too (a chain is a tree of one branch; the verifier accepts it as such).
+Token trees: a llama.cpp sequence holds a chain, so `verification: tree` with this drafter is refused at start
+(engine.py); a tree session that another configuration opens gets chains (a tree of one branch).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
-
 from specdec.batching import BatchingOptions
 from specdec.batching.scheduler import BatchScheduler
 from specdec.drafters.base import DraftRequest
 from specdec.drafters.model import INITIAL_DRAFT_ROOM, ModelDraftSession
 from specdec.errors import IncompatibleVocabularyError
-from specdec.gguf_model import GgufModel, GgufRow, Seat
-from specdec.kv_cache import PrefixCache
+from specdec.engines.llama_cpp import GgufSequence
+from specdec.gguf_model import GgufModel
 from specdec.models import vocab_difference
 
 
@@ -42,30 +40,6 @@ class GgufDrafter:
 
     def batched(self, options: BatchingOptions) -> GgufDrafter:
         return GgufDrafter(self.model, options)
-
-
-class GgufSequence(PrefixCache):
-    """One session's sequence in the llama.cpp context."""
-
-    def __init__(self, model: GgufModel, seat: Seat, scheduler: BatchScheduler) -> None:
-        super().__init__()
-        self.model = model
-        self.seat = seat
-        self.scheduler = scheduler
-        scheduler.join()
-
-    def _drop(self, num_tokens: int) -> None:
-        pass  # NOTE: the next decode removes this sequence's cells from its row's start on (GgufModel.decode)
-
-    def _feed(self, new_ids: list[int], start: int, num_logits: int) -> torch.Tensor:  # [num_logits, vocab]
-        self.seat.ensure_capacity(start + len(new_ids))
-        return self.scheduler.submit(GgufRow(self.seat, new_ids, start, num_logits))
-
-    def release(self) -> None:
-        if not self.seat.released:
-            self.model.release(self.seat)
-            self.scheduler.leave()
-        self.cached_ids = []
 
 
 def check_gguf_vocabulary(model: GgufModel, target_tokenizer, target_source: str) -> None:

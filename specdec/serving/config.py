@@ -26,6 +26,14 @@ class DraftMethod(str, Enum):
     GGUF = "gguf"  # a GGUF file (e.g. a quantized copy of the target) run by llama.cpp
 
 
+class TargetEngine(str, Enum):
+    """What runs the target (specdec/engines): auto picks llama.cpp for a .gguf file, transformers otherwise."""
+
+    AUTO = "auto"
+    HF = "hf"  # transformers (any format it loads; a .gguf is de-quantized into torch)
+    LLAMA_CPP = "llama_cpp"  # a .gguf file run by llama.cpp
+
+
 class Verification(str, Enum):
     SEQUENTIAL = "sequential"
     TREE = "tree"
@@ -39,6 +47,8 @@ class ModelSection(_Section):
     target_path: str | None = None
     draft_path: str | None = None
     draft_method: DraftMethod = DraftMethod.MODEL
+    target_engine: TargetEngine = Field(TargetEngine.AUTO, description="what runs the target: auto (llama_cpp for a .gguf, else hf), hf or llama_cpp")
+    target_context_tokens: int = Field(16384, ge=256, le=1 << 20, description="KV cache cells all sessions of a llama_cpp target share (allocated at start)")
     layer_skip_layers: int | None = Field(None, ge=1, description="target layers the layer-skip draft keeps; default half")
     device: str = "auto"
     draft_device: str = "auto"

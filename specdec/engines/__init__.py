@@ -1,0 +1,59 @@
+"""Target engines (base.TargetModel): one `load_engine` for the verify service and the in-process generator.
+
+| engine | module | loads |
+|---|---|---|
+| hf | specdec.models (transformers) | a Hugging Face directory, a hub id, a .gguf de-quantized into torch |
+| llama_cpp | specdec.engines.llama_cpp | a .gguf file, run by llama.cpp |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from specdec.engines.base import TargetModel
+from specdec.errors import ModelLoadError
+from specdec.serving.config import ModelSection, TargetEngine
+
+__all__ = ["TargetModel", "load_engine", "resolve_engine"]
+
+
+def resolve_engine(models: ModelSection, source: str) -> TargetEngine:
+    """The engine `models.target_engine` names; auto: llama.cpp for a .gguf file, transformers otherwise."""
+    if models.target_engine is not TargetEngine.AUTO:
+        return models.target_engine
+    return TargetEngine.LLAMA_CPP if Path(source).suffix == ".gguf" else TargetEngine.HF
+
+
+def _load_hf(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
+    from specdec.models import load_model
+
+    return load_model(source, device=models.device, dtype=models.dtype)
+
+
+def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
+    from specdec.engines.llama_cpp import LlamaCppSettings, load_llama_cpp_target
+    from specdec.gguf_model import default_threads
+
+    if Path(source).suffix != ".gguf":
+        raise ModelLoadError(f"{source}: the llama_cpp engine runs .gguf files (set model.target_engine: hf for this model)")
+    settings = LlamaCppSettings(threads=threads or default_threads(), context_tokens=models.target_context_tokens,
+                                max_sequences=max_sequences, device=models.device)
+    return load_llama_cpp_target(source, settings)
+
+
+_LOADERS: dict[TargetEngine, Callable[[str, ModelSection, int | None, int], TargetModel]] = {
+    TargetEngine.HF: _load_hf,
+    TargetEngine.LLAMA_CPP: _load_llama_cpp,
+}
+
+
+def load_engine(models: ModelSection, threads: int | None = None, max_sequences: int = 64, setting: str = "model.target_path") -> TargetModel:
+    """The target `models` names, run by its engine; a file it cannot load is one ModelLoadError line naming
+    the setting, the file and the engine."""
+    source = models.target_path
+    engine = resolve_engine(models, source)
+    try:
+        return _LOADERS[engine](source, models, threads, max_sequences)
+    except ModelLoadError as error:
+        raise ModelLoadError(f"{setting} ({engine.value} engine): {error}") from error

@@ -1,0 +1,161 @@
+"""The llama.cpp target engine: batch-invariant passes, batched sessions, grammars, penalties, and its refusals."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from generation_support import PROMPT
+from generation_support import run as _run
+from gguf_support import load_llama_cpp_target
+
+from specdec.batching import BatchingOptions
+from specdec.constraints.grammars import json_schema_grammar
+from specdec.constraints.matcher import GrammarConstraint
+from specdec.drafters import ModelDrafter
+from specdec.engine import build_generator
+from specdec.engines import resolve_engine
+from specdec.errors import ModelLoadError, SpecdecError
+from specdec.generation import SpeculativeGenerator
+from specdec.gguf_model import GgufRow
+from specdec.penalties import Penalties
+from specdec.request import GenerationRequest
+from specdec.sampling import SamplingParams
+from specdec.serving.config import ModelSection, SpecdecConfig, TargetEngine
+
+GREEDY = SamplingParams(temperature=0)
+PREFIX = list(range(5, 60))
+NEXT = [77, 78, 79, 80, 81]
+
+
+def _position_logits(gguf) -> dict[str, torch.Tensor]:
+    """The logits after NEXT[0] (position 55) scored four ways, and after the prefix with one output or three."""
+    seat, other = gguf.take_seat(128, 1), gguf.take_seat(128, 1)
+    try:
+        after_prefix = gguf.decode([GgufRow(seat, PREFIX, 0, 1)])[0][0]
+        gguf.decode([GgufRow(other, PREFIX[:20], 0, 1)])
+        return {
+            "alone": gguf.decode([GgufRow(seat, NEXT[:1], 55, 1)])[0][0],
+            "verify pass": gguf.decode([GgufRow(seat, NEXT, 55, 5)])[0][0],
+            "beside another session": gguf.decode([GgufRow(seat, NEXT[:1], 55, 1), GgufRow(other, [9], 20, 1)])[0][0],
+            "prefix, one output": after_prefix,
+            "prefix, three outputs": gguf.decode([GgufRow(seat, PREFIX + NEXT[:2], 0, 3)])[0][0],
+        }
+    finally:
+        gguf.release(seat)
+        gguf.release(other)
+
+
+def test_a_positions_logits_are_bit_identical_alone_in_a_verify_pass_and_beside_another_session(tiny_llama_cpp_target):
+    logits = _position_logits(tiny_llama_cpp_target.gguf)
+    assert torch.equal(logits["alone"], logits["verify pass"])
+    assert torch.equal(logits["alone"], logits["beside another session"])
+    assert torch.equal(logits["prefix, one output"], logits["prefix, three outputs"])
+
+
+def test_negative_control_unpadded_one_token_passes_are_not_bit_identical(tiny_gguf_target):
+    # A draft's model (min_pass_tokens 1): llama.cpp's one-token kernels round differently.
+    logits = _position_logits(tiny_gguf_target)
+    assert not torch.equal(logits["alone"], logits["verify pass"])
+
+
+def test_concurrent_sessions_give_what_each_gives_alone(tiny_llama_cpp_target, tiny_draft):
+    prompts = [PROMPT, "The lazy dog sleeps", "A quick brown fox", "Over the lazy dog and"]
+    prompt_ids = [tiny_llama_cpp_target.tokenizer(prompt)["input_ids"] for prompt in prompts]
+    alone = [_run(tiny_llama_cpp_target, None, ids, sampling=GREEDY, speculative=False).token_ids for ids in prompt_ids]
+    batch_sizes = []
+    runner = tiny_llama_cpp_target.batched_runner(BatchingOptions(max_batch_size=4, max_wait_s=0.05, on_batch=lambda rows: batch_sizes.append(len(rows))))
+    generator = SpeculativeGenerator(tiny_llama_cpp_target, ModelDrafter(tiny_draft.model), runner)
+    results: dict[int, list[int]] = {}
+
+    def generate(index: int) -> None:
+        request = GenerationRequest(prompt_ids=prompt_ids[index], max_tokens=40, ignore_eos=True, sampling=GREEDY, speculative=index % 2 == 0)
+        results[index] = generator.generate(request).token_ids
+
+    threads = [threading.Thread(target=generate, args=(index,)) for index in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    runner.close()
+    assert [results[index] for index in range(len(prompts))] == alone
+    assert max(batch_sizes) > 1  # sessions really shared decodes
+
+
+def test_a_grammar_constrains_the_llama_cpp_target(tiny_llama_cpp_target, tiny_draft):
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    grammar = json_schema_grammar(schema, "schema")
+    prompt_ids = tiny_llama_cpp_target.tokenizer(PROMPT)["input_ids"]
+    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=30, grammar=grammar, sampling=GREEDY)
+    reference = SpeculativeGenerator(tiny_llama_cpp_target).generate(request.model_copy(update={"speculative": False}))
+    result = SpeculativeGenerator(tiny_llama_cpp_target, ModelDrafter(tiny_draft.model)).generate(request)
+    assert result.token_ids == reference.token_ids
+    constraint = GrammarConstraint.for_model(grammar, len(prompt_ids), tiny_llama_cpp_target, tiny_llama_cpp_target.vocab_size)
+    assert constraint.valid_prefix_length(prompt_ids, result.token_ids) == len(result.token_ids)
+
+
+def test_penalties_apply_on_the_llama_cpp_target(tiny_llama_cpp_target, tiny_draft):
+    prompt_ids = tiny_llama_cpp_target.tokenizer(PROMPT)["input_ids"]
+    plain = _run(tiny_llama_cpp_target, None, prompt_ids, sampling=GREEDY, speculative=False)
+    banned = plain.token_ids[0]
+    penalised = dict(sampling=GREEDY, penalties=Penalties(logit_bias={banned: -100.0}, repetition_penalty=1.3))
+    reference = _run(tiny_llama_cpp_target, None, prompt_ids, speculative=False, **penalised)
+    result = _run(tiny_llama_cpp_target, ModelDrafter(tiny_draft.model), prompt_ids, **penalised)
+    assert result.token_ids == reference.token_ids and banned not in reference.token_ids
+
+
+def test_auto_picks_llama_cpp_for_a_gguf_and_transformers_otherwise(tiny_ggufs, tiny_pair_paths):
+    assert resolve_engine(ModelSection(), str(tiny_ggufs.target)) is TargetEngine.LLAMA_CPP
+    assert resolve_engine(ModelSection(), str(tiny_pair_paths.target)) is TargetEngine.HF
+    assert resolve_engine(ModelSection(target_engine="hf"), str(tiny_ggufs.target)) is TargetEngine.HF
+
+
+def test_token_trees_are_refused_at_start(tiny_ggufs):
+    config = SpecdecConfig(model={"target_path": str(tiny_ggufs.target), "draft_method": "ngram"}, speculative={"verification": "tree"})
+    with pytest.raises(SpecdecError, match="model.target_path: a llama.cpp model verifies and drafts chains only"):
+        build_generator(config)
+
+
+def test_a_gguf_draft_with_tree_verification_is_refused_at_start(tiny_ggufs, tiny_pair_paths):
+    config = SpecdecConfig(model={"target_path": str(tiny_pair_paths.target), "draft_path": str(tiny_ggufs.draft), "draft_method": "gguf"},
+                           speculative={"verification": "tree"})
+    with pytest.raises(SpecdecError, match="model.draft_path: a llama.cpp model verifies and drafts chains only"):
+        build_generator(config)
+
+
+def test_layer_skip_with_a_llama_cpp_target_is_refused(tiny_ggufs):
+    config = SpecdecConfig(model={"target_path": str(tiny_ggufs.target), "draft_method": "layer_skip"})
+    with pytest.raises(SpecdecError, match="layer_skip .* needs model.target_engine hf"):
+        build_generator(config)
+
+
+def test_a_file_the_llama_cpp_engine_cannot_run_is_one_line_naming_it_and_the_engine(tiny_pair_paths, tmp_path):
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("not a model")
+    for path, reason in ((tiny_pair_paths.target, "runs .gguf files"), (not_gguf, "not a GGUF file")):
+        config = SpecdecConfig(model={"target_path": str(path), "target_engine": "llama_cpp", "draft_method": "ngram"})
+        with pytest.raises(ModelLoadError, match=reason) as caught:
+            build_generator(config)
+        message = str(caught.value)
+        assert message.startswith("model.target_path (llama_cpp engine): ") and str(path) in message and "\n" not in message
+
+
+def test_a_gguf_target_whose_vocabulary_differs_from_the_gguf_drafts_is_refused(tiny_ggufs, foreign_tokenizer, tmp_path, tiny_pair_paths):
+    from specdec.errors import IncompatibleVocabularyError
+    from specdec.make_draft.hf_gguf import write_gguf
+
+    foreign = write_gguf(tiny_pair_paths.draft, tmp_path / "foreign.gguf", foreign_tokenizer)
+    config = SpecdecConfig(model={"target_path": str(tiny_ggufs.target), "draft_path": str(foreign), "draft_method": "gguf"})
+    with pytest.raises(IncompatibleVocabularyError, match="does not share the vocabulary"):
+        build_generator(config)
+
+
+def test_a_request_longer_than_the_contexts_cells_is_refused_naming_max_tokens(tiny_ggufs):
+    target = load_llama_cpp_target(tiny_ggufs.target)
+    try:
+        prompt_ids = target.tokenizer(PROMPT)["input_ids"]
+        with pytest.raises(SpecdecError, match="max_tokens"):
+            _run(target, None, prompt_ids, max_tokens=target.max_context)
+    finally:
+        target.close()
