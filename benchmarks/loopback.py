@@ -52,7 +52,8 @@ class Services:
         values = {}
         for name, url in self.metrics.items():
             lines = httpx.get(url, timeout=5).text.splitlines()
-            values[name] = next(float(line.split()[1]) for line in lines if line.startswith("specdec_requests_running "))
+            gauge = "specdec_gateway_requests_running " if name == "gateway" else "specdec_requests_running "  # the gateway's own name
+            values[name] = next(float(line.split()[1]) for line in lines if line.startswith(gauge))
         return values
 
     def wait_idle(self, timeout_s: float = 15.0) -> dict[str, float]:

@@ -188,7 +188,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             self.metrics.predrafted_blocks.labels(report.outcome).inc()
             self.metrics.predraft_saved.inc(report.saved_ms / 1000)
         self.metrics.round_duration.labels("draft").observe(block.compute_ms / 1000)
-        self.metrics.num_draft_tokens.inc(len(block))
+        self.metrics.proposed_tokens.inc(len(block))
         return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
 
     async def _apply_feedback(self, session: OverlappedDraftSession, message: draft_pb2.ProposeRequest, sequence: SequenceCheck,

@@ -114,7 +114,7 @@ class Gateway:
                 self.metrics.queue_time.observe(queued_s)
                 choices = await run_all(self.upstream, completion)
                 body = completion.response(choices)
-            self._account(identity, body["usage"], body["speculative"], http)
+            self._account(identity, body["usage"], http)
             if self.log_content:
                 http.state.audit["output"] = [choice.text for choice in choices]
             self.metrics.time_to_first_token.observe(time.perf_counter() - http.state.started)
@@ -131,20 +131,16 @@ class Gateway:
         http.state.streaming = True
 
         async def finish(usage: dict, stats: dict, status: int) -> None:
-            self._account(identity, usage, stats, http)
+            self._account(identity, usage, http)
             await stack.aclose()
             self.audit(http, status)
 
         events = stream_events(completion, opened, finish)
         return ClosingStreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    def _account(self, identity: str, usage: dict, stats: dict, http: Request) -> None:
+    def _account(self, identity: str, usage: dict, http: Request) -> None:
         self.rates.record_tokens(identity, usage["completion_tokens"])
-        self.metrics.generated_tokens.inc(usage["completion_tokens"])
-        self.metrics.num_drafts.inc(stats["rounds"])
-        self.metrics.num_draft_tokens.inc(stats["draft_tokens"])
-        self.metrics.num_accepted_tokens.inc(stats["accepted_tokens"])
-        self.metrics.fallbacks.inc(1 if stats["fallback"] else 0)
+        # Tokens, rounds and fallbacks: verify's metrics count them (their one source), not the gateway's.
         http.state.audit.update(prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"])
 
     def audit(self, http: Request, status: int) -> None:

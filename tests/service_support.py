@@ -125,10 +125,12 @@ class LoopbackStack:
         return http_ok(f"{self.url}/ready") if name == "gateway" else grpc_serving(self.ports[name])
 
     def sessions(self) -> dict[str, float]:
-        """Live sessions per service: the `specdec_requests_running` gauge each one exports."""
-        urls = {"draft": f"http://127.0.0.1:{self.ports['draft_metrics']}/metrics",
-                "verify": f"http://127.0.0.1:{self.ports['verify_metrics']}/metrics", "gateway": f"{self.url}/metrics"}
-        return {name: scrape(url, "specdec_requests_running") for name, url in urls.items()}
+        """Live sessions per service: the `specdec_requests_running` gauge of draft and verify, the
+        gateway's `specdec_gateway_requests_running` (its own name: no metric is exported by two services)."""
+        urls = {"draft": (f"http://127.0.0.1:{self.ports['draft_metrics']}/metrics", "specdec_requests_running"),
+                "verify": (f"http://127.0.0.1:{self.ports['verify_metrics']}/metrics", "specdec_requests_running"),
+                "gateway": (f"{self.url}/metrics", "specdec_gateway_requests_running")}
+        return {name: scrape(url, metric_name) for name, (url, metric_name) in urls.items()}
 
     def stop(self) -> None:
         for process in reversed(self.processes.values()):

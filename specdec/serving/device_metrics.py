@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from specdec.serving.metrics import ServiceMetrics
+from specdec.serving.metrics import ModelServiceMetrics
 
 
-def track_cuda(metrics: ServiceMetrics, device: torch.device) -> None:
+def track_cuda(metrics: ModelServiceMetrics, device: torch.device) -> None:
     """Export allocated / reserved / total memory of a CUDA device (read at scrape time)."""
     if device.type != "cuda":
         return

@@ -3,7 +3,13 @@
 Each service process owns one of GatewayMetrics, VerifyMetrics, DraftMetrics (its own registry,
 what that service reports on top of the shared ServiceMetrics): draft and verify serve it on their
 metrics port, the gateway on /metrics. No torch here: the gateway imports this module;
-the model services add CUDA memory with device_metrics.track_cuda. Derived in PromQL:
+the model services add CUDA memory with device_metrics.track_cuda.
+
+One source per metric: the verify service alone counts tokens and rounds (specdec_generated_tokens,
+specdec_spec_decode_*), so a sum() without a job filter counts each token once. The gateway exports
+no name verify exports: its own view of requests (outcomes by HTTP status, latency, time to first
+token, requests in flight, restarts) is named specdec_gateway_*, and its memory is the standard
+process collector's; the draft's proposed tokens are specdec_draft_proposed_tokens. Derived in PromQL:
   acceptance rate      = rate(specdec_spec_decode_num_accepted_tokens_total[5m])
                          / rate(specdec_spec_decode_num_draft_tokens_total[5m])
   mean accepted length = 1 + rate(..._num_accepted_tokens_total[5m]) / rate(..._num_drafts_total[5m])
@@ -16,7 +22,7 @@ from __future__ import annotations
 import os
 import resource
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, start_http_server
 
 from specdec.serving.ports import bare_host, describe_os_error, listen_error
 
@@ -28,22 +34,20 @@ RESTARTS_ENV = "SPECDEC_RESTARTS"
 
 
 class ServiceMetrics:
-    """What every service reports: finished requests by outcome, their latency, sessions, memory."""
+    """What every service reports: finished requests by outcome, their latency, sessions, restarts.
 
-    def __init__(self, service: str) -> None:
+    `prefix` starts every name: "specdec_" for the model services, "specdec_gateway_" for the gateway,
+    whose requests are verify's requests too (the same name on both would count each one twice)."""
+
+    def __init__(self, service: str, prefix: str = "specdec_") -> None:
         self.service = service
         self.registry = registry = CollectorRegistry()
-        self.requests = Counter("specdec_requests", "Finished requests by outcome code", ["code"], registry=registry)
-        self.e2e_latency = Histogram("specdec_e2e_request_latency_seconds", "Request latency, end to end", registry=registry,
+        self.requests = Counter(f"{prefix}requests", "Finished requests by outcome code", ["code"], registry=registry)
+        self.e2e_latency = Histogram(f"{prefix}e2e_request_latency_seconds", "Request latency, end to end", registry=registry,
                                      buckets=_LATENCY_BUCKETS)
-        self.running = Gauge("specdec_requests_running", "Requests (sessions) being served", registry=registry)
-        self.model_memory = Gauge("specdec_model_memory_bytes", "Memory held by the model process", ["device", "kind"], registry=registry)
-        self.device_memory_total = Gauge("specdec_device_memory_total_bytes", "Total memory of the device", ["device"], registry=registry)
-        self.model_memory.labels("cpu", "rss").set_function(_rss_bytes)
-        self.device_memory_total.labels("cpu").set_function(_host_memory_bytes)
-        self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "Draft tokens proposed", registry=registry)
+        self.running = Gauge(f"{prefix}requests_running", "Requests (sessions) being served", registry=registry)
         # A restart resets every counter here, so the count lives with the supervisor, which hands it over.
-        self.process_restarts = Gauge("specdec_process_restarts", f"Restarts of this service by `specdec up` so far (${RESTARTS_ENV}; "
+        self.process_restarts = Gauge(f"{prefix}process_restarts", f"Restarts of this service by `specdec up` so far (${RESTARTS_ENV}; "
                                       "0 elsewhere: compose and Kubernetes count their own)", registry=registry)
         self.process_restarts.set(_restarts_from_environment())
 
@@ -57,36 +61,49 @@ class ServiceMetrics:
             raise listen_error(f"{self.service} service metrics", f"{host}:{port}", describe_os_error(error)) from None
 
 
-class _RequestSpeculation(ServiceMetrics):
-    """What a caller of the target sees of each request: tokens, first-token time, speculation totals."""
+class ModelServiceMetrics(ServiceMetrics):
+    """A service that holds a model (verify, draft): its memory against the device's."""
 
     def __init__(self, service: str) -> None:
         super().__init__(service)
+        registry = self.registry
+        self.model_memory = Gauge("specdec_model_memory_bytes", "Memory held by the model process", ["device", "kind"], registry=registry)
+        self.device_memory_total = Gauge("specdec_device_memory_total_bytes", "Total memory of the device", ["device"], registry=registry)
+        self.model_memory.labels("cpu", "rss").set_function(_rss_bytes)
+        self.device_memory_total.labels("cpu").set_function(_host_memory_bytes)
+
+
+class GatewayMetrics(ServiceMetrics):
+    """The gateway's /metrics: HTTP outcomes, its admission queue (the autoscaler's signal), the time to
+    the first token its clients see. Tokens, rounds and fallbacks are verify's to count (the module's
+    docstring); the gateway's memory is the standard process collector's (process_resident_memory_bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__("gateway", prefix="specdec_gateway_")
+        registry = self.registry
+        self.time_to_first_token = Histogram("specdec_gateway_time_to_first_token_seconds",
+                                             "Time from the HTTP request to its first token (or whole reply), queueing included",
+                                             registry=registry, buckets=_LATENCY_BUCKETS)
+        self.waiting = Gauge("specdec_requests_waiting", "Requests waiting for a slot", registry=registry)
+        self.queue_time = Histogram("specdec_request_queue_time_seconds", "Time waiting for an admission slot", registry=registry,
+                                    buckets=_LATENCY_BUCKETS)
+        ProcessCollector(registry=registry)
+
+
+class VerifyMetrics(ModelServiceMetrics):
+    """The verify service's: what callers of the target get (tokens, first-token time, fallbacks), every
+    round (vLLM's spec-decode counters: their one source), K, the load-aware policy."""
+
+    def __init__(self) -> None:
+        super().__init__("verify")
         registry = self.registry
         self.generated_tokens = Counter("specdec_generated_tokens", "Tokens emitted to callers", registry=registry)
         self.time_to_first_token = Histogram("specdec_time_to_first_token_seconds", "Time to the first token", registry=registry,
                                              buckets=_LATENCY_BUCKETS)
         self.num_drafts = Counter("specdec_spec_decode_num_drafts", "Verification rounds that had draft candidates", registry=registry)
+        self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "Draft tokens proposed", registry=registry)
         self.num_accepted_tokens = Counter("specdec_spec_decode_num_accepted_tokens", "Draft tokens accepted", registry=registry)
         self.fallbacks = Counter("specdec_spec_decode_fallbacks", "Requests that fell back to target-only decoding", registry=registry)
-
-
-class GatewayMetrics(_RequestSpeculation):
-    """The gateway's /metrics: HTTP outcomes, its admission queue (the autoscaler's signal), totals per request."""
-
-    def __init__(self) -> None:
-        super().__init__("gateway")
-        self.waiting = Gauge("specdec_requests_waiting", "Requests waiting for a slot", registry=self.registry)
-        self.queue_time = Histogram("specdec_request_queue_time_seconds", "Time waiting for an admission slot", registry=self.registry,
-                                    buckets=_LATENCY_BUCKETS)
-
-
-class VerifyMetrics(_RequestSpeculation):
-    """The verify service's: every round (vLLM's spec-decode counters), K, the load-aware policy."""
-
-    def __init__(self) -> None:
-        super().__init__("verify")
-        registry = self.registry
         self.accepted_per_position = Counter("specdec_spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by position in the block",
                                              ["position"], registry=registry)
         # Did a finished speculative request draft at all (policy auto may run it without drafting)?
@@ -113,12 +130,15 @@ class VerifyMetrics(_RequestSpeculation):
                 self.accepted_per_position.labels(str(position)).inc()
 
 
-class DraftMetrics(ServiceMetrics):
+class DraftMetrics(ModelServiceMetrics):
     """The draft service's: its blocks, their compute time, and overlap's drafting ahead."""
 
     def __init__(self) -> None:
         super().__init__("draft")
         registry = self.registry
+        # not specdec_spec_decode_num_draft_tokens: verify counts the candidates it verifies under that name
+        self.proposed_tokens = Counter("specdec_draft_proposed_tokens", "Draft tokens proposed in the blocks this service returned",
+                                       registry=registry)
         self.round_duration = _round_duration(registry)
         self.predrafted_blocks = Counter("specdec_draft_predrafted_blocks", "Blocks drafted ahead, by outcome: used (the guess held) or discarded",
                                          ["outcome"], registry=registry)

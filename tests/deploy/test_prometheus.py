@@ -38,24 +38,30 @@ COUNTERS = {
     "specdec_generated_tokens_total",
     "specdec_target_forwards_total",
     "specdec_requests_total",
+    "specdec_gateway_requests_total",
+    "specdec_draft_proposed_tokens_total",
     "specdec_draft_predrafted_blocks_total",
     "specdec_draft_predraft_saved_seconds_total",
 }
 HISTOGRAMS = {
     "specdec_time_to_first_token_seconds",
+    "specdec_gateway_time_to_first_token_seconds",
     "specdec_inter_token_latency_seconds",
     "specdec_e2e_request_latency_seconds",
+    "specdec_gateway_e2e_request_latency_seconds",
     "specdec_request_queue_time_seconds",
     "specdec_round_duration_seconds",
     "specdec_spec_decode_chosen_k",
 }
 GAUGES = {
     "specdec_requests_running",
+    "specdec_gateway_requests_running",
     "specdec_requests_waiting",
     "specdec_model_memory_bytes",
     "specdec_device_memory_total_bytes",
     "specdec_load_policy_drafting",
     "specdec_process_restarts",
+    "specdec_gateway_process_restarts",
 }
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Names that can appear in a query: a histogram only through its series.
@@ -148,8 +154,11 @@ def test_dashboard_exprs_are_valid_promql(tmp_path):
 
 
 def _families(metrics) -> dict[str, set[str]]:
+    """The specdec_ families (not the standard process collector's, which the gateway has)."""
     families = {"counter": set(), "histogram": set(), "gauge": set()}
     for family in metrics.registry.collect():
+        if not family.name.startswith("specdec_"):
+            continue
         name = family.name + "_total" if family.type == "counter" else family.name
         families.setdefault(family.type, set()).add(name)
     return families
@@ -183,6 +192,11 @@ def test_each_service_exports_only_what_it_reports():
     assert "specdec_requests_waiting" in exported["specdec-gateway"] - exported["specdec-verify"]  # the autoscaler's
     assert "specdec_load_policy_drafting" in exported["specdec-verify"] - exported["specdec-gateway"] - exported["specdec-draft"]
     assert "specdec_draft_predrafted_blocks_total" in exported["specdec-draft"] - exported["specdec-verify"]
+    # one source per metric (issue 29): no name both the gateway and verify export, so a sum() without a
+    # job filter counts each token and request once; the spec-decode counters are verify's alone
+    assert not exported["specdec-gateway"] & exported["specdec-verify"]
+    spec_decode = {name for names in exported.values() for name in names if name.startswith("specdec_spec_decode_")}
+    assert spec_decode and spec_decode <= exported["specdec-verify"] - exported["specdec-gateway"] - exported["specdec-draft"]
 
 
 def test_queries_for_one_job_name_metrics_that_job_exports():

@@ -92,6 +92,7 @@ def test_a_wrong_guess_is_discarded_and_no_block_is_drafted_ahead_without_overla
 def test_held_guesses_send_the_pre_drafted_block_and_save_draft_time(self_draft_stack):
     metrics = self_draft_stack.draft.servicer.metrics
     used = self_draft_stack.blocks("used")
+    proposed = metrics.registry.get_sample_value("specdec_draft_proposed_tokens_total")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -105,6 +106,8 @@ def test_held_guesses_send_the_pre_drafted_block_and_save_draft_time(self_draft_
     rounds = [r for r in completion.rounds if r.num_candidates]
     assert self_draft_stack.blocks("used") - used >= len(rounds) - 3  # all but the first (and a rare float near-tie)
     assert metrics.registry.get_sample_value("specdec_draft_predraft_saved_seconds_total") > 0
+    # the draft's own count (verify's specdec_spec_decode_num_draft_tokens counts the candidates it verified)
+    assert metrics.registry.get_sample_value("specdec_draft_proposed_tokens_total") - proposed >= sum(r.num_candidates for r in rounds)
     flags = [span.attributes["specdec.predrafted"] for span in exporter.get_finished_spans() if span.name == "draft.propose"]
     assert flags[0] is False and flags.count(True) >= len(rounds) - 3
 
