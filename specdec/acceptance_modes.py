@@ -35,10 +35,25 @@ TREE_REFUSAL = ("acceptance=rejection cannot verify a token tree (speculative.ve
                 "coupled (token-identical to target-only per seed; in a config file speculative.acceptance: coupled) or temperature 0")
 GREEDY_REFUSAL = "acceptance=greedy would change the output at temperature > 0; use rejection or coupled"
 TREE_DEFAULT = AcceptanceMode.COUPLED  # a tree config that names no acceptance: lossless and token-identical per seed
+# Where neither the request nor the config names a mode: a request that carries a seed gets coupled
+# (its text is a function of the seed alone: the same under any load, and equal to speculation off;
+# rejection's draws follow what the draft proposed, which depends on timing), one without the fastest
+# exact mode.
+SEEDED_DEFAULT = AcceptanceMode.COUPLED
+UNSEEDED_DEFAULT = AcceptanceMode.REJECTION
 
 
 def rule(mode: AcceptanceMode) -> AcceptanceRule:
     return RULES[mode]
+
+
+def requested_acceptance(named: AcceptanceMode | None, seeded: bool) -> AcceptanceMode:
+    """The mode a request asks for: `named` (the request's own, else the config's) when there is one,
+    else SEEDED_DEFAULT for a request that carries a seed and UNSEEDED_DEFAULT for one that does not.
+    The one place that rule lives: verify's requests, `specdec generate` and the benchmarks read it."""
+    if named is not None:
+        return named
+    return SEEDED_DEFAULT if seeded else UNSEEDED_DEFAULT
 
 
 def effective_acceptance(requested: AcceptanceMode, greedy_sampling: bool, speculative: bool = True) -> AcceptanceMode:

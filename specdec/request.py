@@ -33,6 +33,7 @@ class GenerationRequest(BaseModel):
     num_draft_tokens: int = Field(5, ge=1, le=64)  # K; with adaptive_k, the most K may grow to
     adaptive_k: bool = False  # choose K per round from measured acceptance and costs (specdec.adaptive_k)
     min_draft_tokens: int = Field(0, ge=0, le=64)  # the least adaptive K may shrink to; 0 lets it stop drafting
+    # The services choose it with acceptance_modes.requested_acceptance: coupled for a seeded request that names none.
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
     # verification=tree: the drafter may propose a token tree of up to tree_nodes nodes, tree_branching

@@ -36,6 +36,7 @@ def _config_from_generate_flags(args: argparse.Namespace) -> SpecdecConfig:
 
 
 def generate(args: argparse.Namespace) -> int:
+    from specdec.acceptance_modes import requested_acceptance
     from specdec.request import GenerationRequest
     from specdec.sampling import SamplingParams
 
@@ -53,7 +54,7 @@ def generate(args: argparse.Namespace) -> int:
         num_draft_tokens=config.speculative.draft_tokens,
         adaptive_k=config.speculative.adaptive_k,
         min_draft_tokens=config.speculative.min_draft_tokens,
-        acceptance=config.speculative.acceptance,
+        acceptance=requested_acceptance(config.speculative.acceptance, seeded=args.seed is not None),
         draft_top_k=config.speculative.draft_top_k,
         **config.speculative.tree_request_fields(),
         **({"seed": args.seed} if args.seed is not None else {}),

@@ -84,7 +84,9 @@ class SpeculativeSection(_Section):
     tree_branching: int = Field(2, ge=1, le=16)
     tree_nodes: int = Field(16, ge=1, le=256)
     acceptance_sampling: bool = True
-    acceptance: AcceptanceMode = AcceptanceMode.REJECTION
+    # None: each request's own rule (acceptance_modes.requested_acceptance): coupled for a request
+    # with a seed, rejection for one without. A mode named here applies to every request that names none.
+    acceptance: AcceptanceMode | None = None
     draft_top_k: int = Field(32, ge=1)
     prediction_draft_tokens: int = Field(64, ge=1, le=64, description="most candidates per block drafted from a request's prediction (blocks start at 16 and double while accepted in full)")
 
@@ -98,8 +100,8 @@ class SpeculativeSection(_Section):
     def _tree_settings_fit(self) -> SpeculativeSection:
         if self.verification is not Verification.TREE:
             return self
-        if "acceptance" not in self.model_fields_set:
-            # `verification: tree` alone must work: the default acceptance (rejection) verifies chains only.
+        if self.acceptance is None:
+            # `verification: tree` alone must work: an unseeded request's default (rejection) verifies chains only.
             self.acceptance = TREE_DEFAULT
         elif not rule(self.acceptance).verifies_trees:
             raise ValueError(TREE_REFUSAL)

@@ -167,6 +167,14 @@ def test_generate_with_adaptive_k_is_token_identical_to_target_only_in_coupled_m
     assert adaptive["token_ids"] == _json_result(runs["no_speculation_json"])["token_ids"]
 
 
+def test_a_seeded_generate_is_the_seeds_text_with_speculation_on_and_off(runs):
+    """--seed and no --acceptance: coupled (specdec.acceptance_modes.requested_acceptance), so every
+    drafter gives the target-only text for the seed (GENERATE samples at the default temperature, 1.0)."""
+    reference = _json_result(runs["no_speculation_json"])["token_ids"]
+    for name in ("model_json", "layer_skip_json", "ngram_json", "gguf_json"):
+        assert _json_result(runs[name])["token_ids"] == reference, name
+
+
 def test_human_output_is_text_then_stats_on_stderr(runs):
     human, as_json = runs["model_human"], _json_result(runs["model_json"])
     _succeeded(human)
