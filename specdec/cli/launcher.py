@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from specdec.cli.processes import grpc_serving, http_ok, wait_for
+from specdec.cli.processes import Placement, grpc_serving, http_ok, wait_for
 from specdec.cli.restarts import RestartPolicy
 from specdec.cli.supervision import Stack
 from specdec.errors import SpecdecError
@@ -52,6 +52,7 @@ class DefaultPair:
     draft: str
     draft_method: str | None  # None: the config's (a `model` draft)
     draft_flags: tuple[str, ...] = ()  # on any host
+    served_name: str | None = None  # the model id clients send (None: the target's file name)
 
 
 # The target's own GGUF agrees with it on 0.98 of greedy tokens; prompt lookup first would only replace
@@ -67,14 +68,15 @@ def default_pair_paths(tiny: bool = False) -> DefaultPair:
     into the user's cache.
     """
     if not tiny:
-        from specdec.default_models import DRAFT_DIR, default_draft_gguf, ensure_default_target, models_dir
+        from specdec.default_models import DRAFT_DIR, TARGET_NAME, default_draft_gguf, ensure_default_target, ensure_default_target_gguf, models_dir
 
-        target = str(ensure_default_target(models_dir()))
         if importlib.util.find_spec("llama_cpp") is None:
-            print("specdec up: llama-cpp-python is not installed, so the default pair drafts with the distilled draft "
-                  "(slower; `pip install 'specdec[llama]'` for the GGUF draft, see docs/configuration.md)", file=sys.stderr)
-            return DefaultPair(target, str(DRAFT_DIR), None)
-        return DefaultPair(target, str(default_draft_gguf(models_dir())), "gguf", _GGUF_PAIR_FLAGS)
+            print("specdec up: llama-cpp-python is not installed, so the default pair runs the target in transformers and drafts "
+                  "with the distilled draft (slower; `pip install 'specdec[llama]'`, see docs/configuration.md)", file=sys.stderr)
+            return DefaultPair(str(ensure_default_target(models_dir())), str(DRAFT_DIR), None, served_name=TARGET_NAME)
+        # The target in bf16 on the llama_cpp engine: docs/benchmarks.md, "Target engines".
+        return DefaultPair(str(ensure_default_target_gguf(models_dir())), str(default_draft_gguf(models_dir())), "gguf",
+                           _GGUF_PAIR_FLAGS, served_name=TARGET_NAME)
     from specdec.cli.tiny_pair import make_tiny_pair
 
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
@@ -89,11 +91,12 @@ class PairTuning:
 
     num_draft_tokens: int
     draft_flags: tuple[str, ...]
+    own_cores: bool = False  # draft and verify each pinned to cores of their own (split_cores), as on devices of their own
 
 
 # Chosen by measurement (docs/benchmarks.md, "Default pair: SmolLM2 drafted by its own GGUF"): K = 4
 # (1.58x against 1.47x for K = 3 on chat prompts, quiet machine); one llama.cpp thread leaves the other core to the target.
-GGUF_TUNING = PairTuning(num_draft_tokens=4, draft_flags=("--gguf-threads=1",))
+GGUF_TUNING = PairTuning(num_draft_tokens=4, draft_flags=("--gguf-threads=1",), own_cores=True)
 DRAFT_NICENESS_ON_CPU = 10
 # The distilled draft: K = 2 for a looked-up block, 1 from the draft model, single-token matches counted.
 DISTILLED_TUNING = PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
@@ -152,22 +155,26 @@ class _DraftSide:
     target: str | None
     args: list[str]  # `serve draft` flags
     num_draft_tokens: int | None  # K for the verify service
-    niceness: int = 0  # added to the draft process's CPU priority
+    placement: Placement = Placement()  # the draft process's on the host's CPUs
+    verify_placement: Placement = Placement()
+    served_name: str | None = None  # the gateway's --served-model-name (None: the config's, or the target's name)
 
 
 def _draft_side(plan: UpPlan) -> _DraftSide:
     """The draft service's flags: the given models, or the default pair with its flags and (on CPU) its
     tuning, where the config file (if any) does not set those settings itself."""
-    target, draft, method, flags = plan.target, plan.draft, plan.draft_method, []
+    target, draft, method, flags, cores, served_name = plan.target, plan.draft, plan.draft_method, [], None, None
     num_draft_tokens = plan.num_draft_tokens
     config = _file_config(plan)
     default_pair = target is None and config.model.target_path is None
     if default_pair:
         pair = default_pair_paths(plan.tiny)
         target = pair.target
+        served_name = None if config.serving.served_model_name else pair.served_name
         if draft is None:
             draft, method, flags = pair.draft, method or pair.draft_method, list(pair.draft_flags)
         tuning = None if plan.tiny else default_pair_tuning(method)
+        cores = split_cores(os.sched_getaffinity(0)) if tuning is not None and tuning.own_cores else None
         if tuning is not None:
             flags += [flag for flag in tuning.draft_flags if not (flag.startswith("--gguf-threads") and config.model.gguf_threads)]
             if "draft_tokens" not in config.speculative.model_fields_set:
@@ -180,7 +187,21 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     # One host: a small draft on one thread leaves the other cores to the target, and two
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
     args += ["--cpu-threads", "1"] if (default_pair or plan.config_file is None) and config.draft_service.cpu_threads is None else []
-    return _DraftSide(target, args, num_draft_tokens, _draft_niceness())
+    draft_cores, verify_cores = cores or (None, None)
+    return _DraftSide(target, args, num_draft_tokens, Placement(_draft_niceness(), draft_cores), Placement(cpus=verify_cores), served_name)
+
+
+def split_cores(available: set[int]) -> tuple[frozenset[int], frozenset[int]] | None:
+    """(the draft's core, the target's cores) on a host of two cores or more; None on one core.
+
+    NOTE: without a GPU, a draft and a target on the same cores take turns (llama.cpp's threads and the
+    target's contend for each core); on cores of their own the draft drafts the next block while the
+    target verifies this one (overlapped drafting), as it would on a device of its own.
+    """
+    if len(available) < 2:
+        return None
+    cores = sorted(available)
+    return frozenset(cores[-1:]), frozenset(cores[:-1])
 
 
 def _draft_niceness() -> int:
@@ -206,16 +227,17 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
     draft_healthy = partial(grpc_serving, f"localhost:{plan.draft_port}")
     stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
-                          "--metrics-port", str(plan.draft_metrics_port)], niceness=side.niceness, probe=draft_healthy)
+                          "--metrics-port", str(plan.draft_metrics_port)], placement=side.placement, probe=draft_healthy)
     _wait_healthy("draft", stack, draft_healthy)
     verify_healthy = partial(grpc_serving, f"localhost:{plan.verify_port}")
     stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--host", LOOPBACK, "--port", str(plan.verify_port),
                            "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",
-                           *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])], probe=verify_healthy)
+                           *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])],
+                placement=side.verify_placement, probe=verify_healthy)
     _wait_healthy("verify", stack, verify_healthy)
     gateway_healthy = partial(http_ok, f"http://localhost:{plan.gateway_port}/ready")
-    stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port),
-                            "--verify-endpoint", f"localhost:{plan.verify_port}"], probe=gateway_healthy)
+    stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}",
+                            *([f"--served-model-name={side.served_name}"] if side.served_name else [])], probe=gateway_healthy)
     _wait_healthy("gateway", stack, gateway_healthy)
 
 

@@ -3,7 +3,6 @@ benchmark scripts and the tests that run real services."""
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import subprocess
@@ -12,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -37,12 +37,27 @@ def service_environment(base: Mapping[str, str] | None = None) -> dict[str, str]
     return environment
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a child runs on the host's CPUs: `niceness` added to its priority, pinned to `cpus` (None: any)."""
+
+    niceness: int = 0
+    cpus: frozenset[int] | None = None
+
+    def apply(self) -> None:
+        """In the child, before it runs anything."""
+        if self.niceness:
+            os.nice(self.niceness)
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+
+
 def spawn(arguments: Sequence[str], env: Mapping[str, str] | None = None, stdout=None, stderr=None,
-          niceness: int = 0) -> subprocess.Popen:
+          placement: Placement = Placement()) -> subprocess.Popen:
     """`python -m specdec.cli ARGUMENTS` with this interpreter (the console script may point at another checkout),
-    `niceness` added to its CPU scheduling priority."""
+    placed on the host's CPUs as `placement` says."""
     return subprocess.Popen([sys.executable, "-m", "specdec.cli", *arguments], env=service_environment(env),
-                            stdout=stdout, stderr=stderr, preexec_fn=functools.partial(os.nice, niceness) if niceness else None)
+                            stdout=stdout, stderr=stderr, preexec_fn=placement.apply if placement != Placement() else None)
 
 
 def grpc_serving(address: str | int, timeout: float = 1.0) -> bool:

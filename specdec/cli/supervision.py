@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdec.cli.processes import spawn
+from specdec.cli.processes import Placement, spawn
 from specdec.cli.restarts import CrashRecord, RestartPolicy
 from specdec.errors import SpecdecError
 from specdec.serving.metrics import RESTARTS_ENV
@@ -36,7 +36,7 @@ class Service:
 
     name: str
     arguments: list[str]
-    niceness: int
+    placement: Placement
     probe: Callable[[], bool]  # healthy now?
     crashes: CrashRecord
     process: subprocess.Popen | None = None
@@ -46,7 +46,7 @@ class Service:
 
     def start(self) -> subprocess.Popen:
         environment = {**os.environ, RESTARTS_ENV: str(self.restarts)}
-        self.process = spawn(self.arguments, env=environment, niceness=self.niceness)
+        self.process = spawn(self.arguments, env=environment, placement=self.placement)
         return self.process
 
 
@@ -66,8 +66,9 @@ class Stack:
         """(name, current process) of each service started."""
         return [(service.name, service.process) for service in self.services]
 
-    def spawn(self, name: str, arguments: list[str], niceness: int = 0, probe: Callable[[], bool] = lambda: True) -> subprocess.Popen:
-        service = Service(name, arguments, niceness, probe, CrashRecord(self.policy))
+    def spawn(self, name: str, arguments: list[str], placement: Placement = Placement(),
+              probe: Callable[[], bool] = lambda: True) -> subprocess.Popen:
+        service = Service(name, arguments, placement, probe, CrashRecord(self.policy))
         self.services.append(service)
         return service.start()
 

@@ -56,4 +56,4 @@ def load_engine(models: ModelSection, threads: int | None = None, max_sequences:
     try:
         return _LOADERS[engine](source, models, threads, max_sequences)
     except ModelLoadError as error:
-        raise ModelLoadError(f"{setting} ({engine.value} engine): {error}") from error
+        raise ModelLoadError(f"{setting}: {error} (target engine {engine.value})") from error

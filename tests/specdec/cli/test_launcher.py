@@ -13,9 +13,9 @@ import time
 import grpc
 import httpx
 
-from specdec.cli.launcher import DRAFT_NICENESS_ON_CPU, PairTuning, default_pair_tuning
+from specdec.cli.launcher import DRAFT_NICENESS_ON_CPU, PairTuning, default_pair_tuning, split_cores
 from specdec.cli.processes import free_port
-from specdec.v1 import common_pb2, draft_pb2_grpc
+from specdec.v1 import common_pb2, draft_pb2_grpc, verify_pb2_grpc
 
 
 def _ports() -> dict[str, int]:
@@ -87,6 +87,11 @@ def _niceness(pattern: str) -> int:
         return int(stat.read().rsplit(")", 1)[1].split()[16])  # field 19, nice (after pid and comm)
 
 
+def _cpus(pattern: str) -> set[int]:
+    (pid,) = subprocess.run(["pgrep", "-f", pattern], check=True, capture_output=True, text=True).stdout.split()
+    return os.sched_getaffinity(int(pid))
+
+
 def test_up_with_api_keys_set_comes_up_and_serves_only_with_a_key(tmp_path):
     ports = _ports()
     key = "sk-up-test-3141"
@@ -113,13 +118,25 @@ def test_up_with_no_arguments_chats_with_smollm2_drafted_by_its_own_gguf(tmp_pat
         with grpc.insecure_channel(f"127.0.0.1:{ports['--draft-port']}") as channel:
             status = draft_pb2_grpc.DraftServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
         assert status.drafter == "gguf" and status.model == str(default_target_dir.parent / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        with grpc.insecure_channel(f"127.0.0.1:{ports['--verify-port']}") as channel:
+            verify_status = verify_pb2_grpc.VerifyServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
+        assert verify_status.model == str(default_target_dir.parent / "smollm2-135m-instruct-bf16.gguf")  # the llama_cpp engine's bf16
+        # Each on cores of its own, as on devices of their own (split_cores).
+        draft_cpus, verify_cpus = _cpus(f"serve draft .*--port {ports['--draft-port']}"), _cpus(f"serve verify .*--port {ports['--verify-port']}")
+        assert draft_cpus and verify_cpus and not draft_cpus & verify_cpus
+
+
+def test_split_cores_gives_the_draft_one_core_and_the_target_the_rest():
+    assert split_cores({0, 1}) == (frozenset({1}), frozenset({0}))
+    assert split_cores({2, 5, 7, 9}) == (frozenset({9}), frozenset({2, 5, 7}))
+    assert split_cores({3}) is None  # one core: nothing to split
 
 
 def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=4, draft_flags=("--gguf-threads=1",))
+    assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=4, draft_flags=("--gguf-threads=1",), own_cores=True)
     # Without llama-cpp-python the distilled draft's tuning: lookup 2 tokens, or 1 from the draft model.
     assert default_pair_tuning(None) == PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -138,7 +138,8 @@ def test_a_file_the_llama_cpp_engine_cannot_run_is_one_line_naming_it_and_the_en
         with pytest.raises(ModelLoadError, match=reason) as caught:
             build_generator(config)
         message = str(caught.value)
-        assert message.startswith("model.target_path (llama_cpp engine): ") and str(path) in message and "\n" not in message
+        assert message.startswith("model.target_path: ") and message.endswith("(target engine llama_cpp)")
+        assert str(path) in message and "\n" not in message
 
 
 def test_a_gguf_target_whose_vocabulary_differs_from_the_gguf_drafts_is_refused(tiny_ggufs, foreign_tokenizer, tmp_path, tiny_pair_paths):
