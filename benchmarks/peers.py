@@ -73,10 +73,11 @@ def _wait_ready(url: str, process: subprocess.Popen, name: str) -> None:
 
 
 def start_llama_server(python: str, gguf: Path, name: str, log_dir: Path) -> tuple[subprocess.Popen, System]:
+    log = log_dir / f"{name.replace(' ', '-')}.log"
     port = free_port()
     command = [python, "-m", "llama_cpp.server", "--model", str(gguf), "--n_threads", "2", "--n_threads_batch", "2",
                "--n_ctx", "4096", "--port", str(port), "--host", "127.0.0.1"]
-    process = subprocess.Popen(command, stdout=(log_dir / f"{name}.log").open("w"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     _wait_ready(url, process, name)
     return process, System(name, url, str(gguf))
@@ -185,7 +186,7 @@ def main() -> None:
     processes, systems = [], []
     try:
         for name, gguf in (("llama_cpp.server bf16", bf16), ("llama_cpp.server q4_1", default_draft_gguf(models_dir()))):
-            process, system = start_llama_server(args.peer_python, gguf, name.replace(" ", "-"), log_dir)
+            process, system = start_llama_server(args.peer_python, gguf, name, log_dir)
             processes.append(process)
             systems.append(system)
         for name, up_args in stacks:
@@ -198,9 +199,9 @@ def main() -> None:
             process.terminate()
         for process in processes:
             process.wait(timeout=30)
-    print(table(results, "llama_cpp.server bf16"))
     if args.out:
         args.out.write_text(json.dumps({"argv": sys.argv[1:], "results": results}, indent=2))
+    print(table(results, "llama_cpp.server bf16"))
 
 
 if __name__ == "__main__":
