@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from scipy import stats
 
 from specdec.generation import SpeculativeGenerator
+from specdec.acceptance import RoundVerdict
 from specdec.engines.base import TargetModel
 from specdec.penalties import LogitsTransform
 from specdec.request import GenerationRequest
@@ -14,6 +16,13 @@ from specdec.sampling import SamplingParams, processed_probs
 
 TRIALS = 1500
 JOINT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
+
+
+def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
+    """The negative control's verifier (monkeypatched over acceptance_rounds.rejection_accept): every
+    candidate accepted, whatever the target says, then a bonus token; a lossless check must catch it."""
+    bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
+    return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
 
 def exact_joint(target: TargetModel, prompt_ids: list[int], sampling: SamplingParams = JOINT_SAMPLING,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from generation_support import run as _run
-from lossless_support import joint_p_value
+from lossless_support import always_accept, joint_p_value
 
 from specdec import acceptance_rounds
-from specdec.acceptance import RoundVerdict
 from specdec.drafters import ModelDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.errors import DraftUnavailableError, InvalidRequestError
@@ -59,10 +58,6 @@ def test_rejection_joint_matches_target_with_lookup_blocks_mixed_in(tiny_target,
 
 
 def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids, monkeypatch):
-    def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
-        bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
-        return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
-
     monkeypatch.setattr(acceptance_rounds, "rejection_accept", always_accept)
     # A draft that is clearly not the target (its upper layers are missing) must be caught.
     assert joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) < 1e-3

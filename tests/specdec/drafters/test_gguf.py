@@ -8,10 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 from gguf_support import load_draft_gguf
-from lossless_support import joint_p_value
+from lossless_support import always_accept, joint_p_value
 
 from specdec import acceptance_rounds
-from specdec.acceptance import RoundVerdict
 from specdec.drafters import DraftRequest
 from specdec.drafters.gguf import GgufDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
@@ -90,10 +89,6 @@ def test_rejection_joint_of_the_first_two_tokens_matches_the_target(tiny_target,
 
 
 def test_negative_control_always_accepting_the_gguf_draft_fails_the_joint_test(tiny_target, tiny_gguf_draft, prompt_ids, monkeypatch):
-    def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
-        bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
-        return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
-
     monkeypatch.setattr(acceptance_rounds, "rejection_accept", always_accept)
     assert joint_p_value(tiny_target, GgufDrafter(tiny_gguf_draft), prompt_ids) < 1e-3
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from lossless_support import exact_joint
+from lossless_support import always_accept, exact_joint
 from scipy import stats
 
 from specdec.drafters import ModelDrafter
@@ -265,11 +264,6 @@ def test_rejection_with_a_prediction_matches_the_target_joint(tiny_target, tiny_
 
 def test_negative_control_accepting_the_prediction_blindly_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids, monkeypatch):
     from specdec import acceptance_rounds
-    from specdec.acceptance import RoundVerdict
-
-    def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
-        bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
-        return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
     monkeypatch.setattr(acceptance_rounds, "rejection_accept", always_accept)
     expected = exact_joint(tiny_target, prompt_ids, JOINT_SAMPLING)

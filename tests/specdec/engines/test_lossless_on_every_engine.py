@@ -4,13 +4,11 @@ without it, token for token, and rejection sampling keeps the target's law (with
 from __future__ import annotations
 
 import pytest
-import torch
 from generation_support import PROMPT
 from generation_support import run as _run
-from lossless_support import joint_p_value
+from lossless_support import always_accept, joint_p_value
 
 from specdec import acceptance_rounds
-from specdec.acceptance import RoundVerdict
 from specdec.drafters import ModelDrafter, NgramDrafter
 from specdec.drafters.gguf import GgufDrafter
 from specdec.sampling import SamplingParams
@@ -52,9 +50,5 @@ def test_rejection_joint_of_first_two_tokens_matches_target(engine_target, tiny_
 
 
 def test_negative_control_always_accepting_drafts_fails_the_joint_test(engine_target, tiny_draft, prompt_ids, monkeypatch):
-    def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
-        bonus = int(torch.multinomial(target_probs[-1].double().cpu(), 1, generator=generator))
-        return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
-
     monkeypatch.setattr(acceptance_rounds, "rejection_accept", always_accept)
     assert joint_p_value(engine_target, ModelDrafter(tiny_draft.model), prompt_ids) < 1e-3
