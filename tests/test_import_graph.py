@@ -127,3 +127,31 @@ def test_a_core_module_importing_a_service_is_reported_and_the_cli_is_not(fake_t
     root = fake_tree({"specdec/core.py": "import verify_service.server\n", "verify_service/server.py": "",
                       "specdec/cli/__init__.py": "", "specdec/cli/commands.py": "from gateway import app\n", "gateway/app.py": ""})
     assert upward_imports(import_graph(root)) == ["specdec.core -> verify_service.server"]
+
+
+# Where transformers' loader may be called directly: the hf engine's loader, draft models (specdec.engine),
+# distillation's teacher and the transformers-only `bench --hf` baseline. Targets are loaded through
+# specdec.engines.load_engine, whatever their engine.
+DIRECT_MODEL_LOADERS = ("specdec.engines", "specdec.engine", "specdec.distill.run", "specdec.cli.bench_hf")
+
+
+def direct_model_loaders(root: Path = ROOT) -> list[str]:
+    """Modules that import specdec.models.load_model by name."""
+    found = []
+    for name, path in module_files(root).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "specdec.models" and any(alias.name == "load_model" for alias in node.names):
+                found.append(name)
+    return sorted(set(found))
+
+
+def test_targets_are_loaded_through_the_engine_interface():
+    graph = import_graph()
+    assert [name for name in direct_model_loaders() if name not in DIRECT_MODEL_LOADERS] == []
+    assert "specdec.engines" in graph["verify_service.server"] and "specdec.engines" in graph["specdec.engine"]
+
+
+def test_a_service_loading_its_target_with_transformers_directly_is_reported(fake_tree):
+    root = fake_tree({"specdec/models.py": "def load_model(): ...\n",
+                      "verify_service/server.py": "from specdec.models import LoadedModel, load_model\n"})
+    assert direct_model_loaders(root) == ["verify_service.server"]
