@@ -209,11 +209,14 @@ class GgufModel:
         padding = [(-1, self.scratch_seq_id, position, 0, False) for position in range(minimum - len(entries))]
         entries = [*entries, *padding]
         outputs = [wants for *_rest, wants in entries]
-        # NOTE: llama.cpp's last layer runs only the rows whose logits are wanted: at least `minimum` of them too.
-        for index in reversed(range(len(entries))):
-            if sum(outputs) >= minimum:
+        # NOTE: llama.cpp's last layer runs only the rows whose logits are wanted: at least `minimum` of them too,
+        # where any is read (a chunk without outputs only writes the KV cache, which that layer does not change).
+        wanted = sum(outputs)
+        for index in reversed(range(len(entries)) if wanted else ()):
+            if wanted >= minimum:
                 break
-            outputs[index] = True
+            if not outputs[index]:
+                outputs[index], wanted = True, wanted + 1
         try:
             self._decode_entries(entries, outputs, logits)
         finally:

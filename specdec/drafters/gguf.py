@@ -20,7 +20,7 @@ from specdec.batching.scheduler import BatchScheduler
 from specdec.drafters.base import DraftRequest
 from specdec.drafters.model import INITIAL_DRAFT_ROOM, ModelDraftSession
 from specdec.errors import IncompatibleVocabularyError
-from specdec.engines.llama_cpp import GgufSequence
+from specdec.engines.llama_cpp import GgufRunner
 from specdec.gguf_model import GgufModel
 from specdec.models import vocab_difference
 
@@ -30,12 +30,14 @@ class GgufDrafter:
 
     def __init__(self, model: GgufModel, options: BatchingOptions | None = None) -> None:
         self.model = model
-        self.options = options or BatchingOptions()
-        self.scheduler = BatchScheduler(model.decode, self.options.max_batch_size, self.options.max_wait_s, self.options.on_batch)
+        self.runner = GgufRunner(model, options)  # the llama.cpp target engine's: sequences, their seats, shared decodes
+
+    @property
+    def scheduler(self) -> BatchScheduler:
+        return self.runner.scheduler
 
     def open(self, request: DraftRequest) -> ModelDraftSession:
-        reserve = len(request.prompt_ids) + INITIAL_DRAFT_ROOM
-        sequence = GgufSequence(self.model, self.model.take_seat(reserve, self.options.admission_timeout_s), self.scheduler)
+        sequence = self.runner.open_sequence(len(request.prompt_ids) + INITIAL_DRAFT_ROOM)
         return ModelDraftSession(sequence, replace(request, tree=None))
 
     def batched(self, options: BatchingOptions) -> GgufDrafter:

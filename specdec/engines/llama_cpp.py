@@ -13,6 +13,7 @@ text at any load. Token trees are refused: a llama.cpp sequence holds one chain.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,8 +99,8 @@ class LlamaCppTarget:
     def device(self) -> torch.device:
         return self.gguf.device
 
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
+    @functools.cached_property
+    def eos_token_ids(self) -> frozenset[int]:  # read by every session: asked of llama.cpp once
         lib, vocab = self.gguf.lib, self.gguf.vocab
         ids = {self.tokenizer.eos_token_id, int(lib.llama_vocab_eos(vocab)), int(lib.llama_vocab_eot(vocab))}
         return frozenset(i for i in ids if i is not None and 0 <= i < self.vocab_size)
