@@ -43,6 +43,8 @@ $(MODELS_DIR)/target: | install
 	$(BIN)/specdec make-tiny-pair $(MODELS_DIR)
 
 test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
 
 clean:

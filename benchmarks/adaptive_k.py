@@ -16,8 +16,8 @@ import time
 from collections import Counter
 
 import torch
-
 from pair_args import pair_parser
+
 from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
@@ -77,8 +77,15 @@ def main() -> None:
             if mode == "adaptive":
                 chosen_k.update(chosen)
     report = summarise(totals, chosen_k)
-    report["settings"] = {"target": str(target.source), "draft": str(draft.source), "prompts": len(questions),
-                          "max_tokens": args.max_tokens, "ks": ks, "max_k": max_k, "torch_threads": torch.get_num_threads()}
+    report["settings"] = {
+        "target": str(target.source),
+        "draft": str(draft.source),
+        "prompts": len(questions),
+        "max_tokens": args.max_tokens,
+        "ks": ks,
+        "max_k": max_k,
+        "torch_threads": torch.get_num_threads(),
+    }
     print_report(report)
     if args.json:
         print(json.dumps(report))
@@ -89,8 +96,11 @@ def summarise(totals: dict[str, dict], chosen_k: Counter[int]) -> dict:
     modes = {}
     for mode, total in totals.items():
         rate = total["tokens"] / total["seconds"]
-        modes[mode] = {"tokens_per_s": round(rate, 2), "speedup": round(rate / baseline, 3),
-                       "acceptance": round(total["accepted"] / total["drafted"], 3) if total["drafted"] else None}
+        modes[mode] = {
+            "tokens_per_s": round(rate, 2),
+            "speedup": round(rate / baseline, 3),
+            "acceptance": round(total["accepted"] / total["drafted"], 3) if total["drafted"] else None,
+        }
     rounds = sum(chosen_k.values())
     share = {k: round(count / rounds, 3) for k, count in sorted(chosen_k.items())} if rounds else {}
     return {"modes": modes, "adaptive_chosen_k_share": share}

@@ -23,6 +23,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from specdec.acceptance import rejection_accept
 from specdec.batching import BatchedRunner
 from specdec.batching.packed_forward import PackedRow, model_parts, packed_forward
+from specdec.cli.tiny_pair import make_tiny_pair
 from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import CachedSequence
@@ -30,7 +31,6 @@ from specdec.models import LoadedModel, load_model
 from specdec.noise import keyed_gumbel
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, processed_probs, sparse_top_k
-from specdec.cli.tiny_pair import make_tiny_pair
 
 CUDA = torch.device("cuda:0")
 
@@ -72,7 +72,9 @@ def check_tiny_pair_on_cuda() -> dict:
                     total += 1
         results[label] = f"{identical}/{total} identical"
     positions = torch.arange(1000, 1009)
-    results["keyed_noise_cpu_equals_cuda"] = bool(torch.equal(keyed_gumbel(123, positions, 50000), keyed_gumbel(123, positions.to(CUDA), 50000).cpu()))
+    results["keyed_noise_cpu_equals_cuda"] = bool(
+        torch.equal(keyed_gumbel(123, positions, 50000), keyed_gumbel(123, positions.to(CUDA), 50000).cpu())
+    )
     return results
 
 
@@ -82,8 +84,16 @@ def _numbered_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 
 
 def build_synthetic_target(vocab_size: int = 32000) -> LoadedModel:
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
-                         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=4096, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
     with torch.device(CUDA):
         model = LlamaForCausalLM(config)
     with torch.no_grad():
@@ -136,8 +146,11 @@ def check_packed_batching(target: LoadedModel) -> dict:
         return lambda: packed_forward(parts, rows)
 
     timings = {f"packed_{rows}x2_tokens_ctx512_ms": _timed(batched_pass(rows)) for rows in (1, 8, 32)}
-    return {"max_abs_logit_diff_vs_hf": float((packed - reference).abs().max()),
-            "argmax_equal": bool(torch.equal(packed.argmax(-1), reference.argmax(-1))), **timings}
+    return {
+        "max_abs_logit_diff_vs_hf": float((packed - reference).abs().max()),
+        "argmax_equal": bool(torch.equal(packed.argmax(-1), reference.argmax(-1))),
+        **timings,
+    }
 
 
 def time_end_to_end(target: LoadedModel) -> dict:
@@ -150,8 +163,9 @@ def time_end_to_end(target: LoadedModel) -> dict:
         ("layer_skip_rejection_t0.8_k5", SamplingParams(temperature=0.8), "rejection", True),
         ("layer_skip_coupled_t0.8_k5", SamplingParams(temperature=0.8), "coupled", True),
     ):
-        request = GenerationRequest(prompt_ids=prompt, max_tokens=128, sampling=sampling, acceptance=acceptance,
-                                    speculative=speculative, seed=1, ignore_eos=True)
+        request = GenerationRequest(
+            prompt_ids=prompt, max_tokens=128, sampling=sampling, acceptance=acceptance, speculative=speculative, seed=1, ignore_eos=True
+        )
         generator = SpeculativeGenerator(target, drafter)
         generator.generate(request.model_copy(update={"max_tokens": 8}))  # warm-up
         torch.cuda.synchronize()
@@ -159,7 +173,10 @@ def time_end_to_end(target: LoadedModel) -> dict:
         result = generator.generate(request)
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
-        results[label] = {"tokens_per_s": round(len(result.token_ids) / elapsed, 1), "acceptance_rate": round(result.stats.acceptance_rate, 3)}
+        results[label] = {
+            "tokens_per_s": round(len(result.token_ids) / elapsed, 1),
+            "acceptance_rate": round(result.stats.acceptance_rate, 3),
+        }
     base = results["target_only"]["tokens_per_s"]
     for value in results.values():
         value["speedup"] = round(value["tokens_per_s"] / base, 2)
@@ -171,8 +188,14 @@ def bf16_coupled_agreement(target: LoadedModel) -> str:
     drafter = layer_skip_drafter(target.model, 4)
     identical = 0
     for seed in range(5):
-        request = GenerationRequest(prompt_ids=list(range(1, 65)), max_tokens=64, sampling=SamplingParams(temperature=0.8),
-                                    acceptance="coupled", seed=seed, ignore_eos=True)
+        request = GenerationRequest(
+            prompt_ids=list(range(1, 65)),
+            max_tokens=64,
+            sampling=SamplingParams(temperature=0.8),
+            acceptance="coupled",
+            seed=seed,
+            ignore_eos=True,
+        )
         reference = SpeculativeGenerator(target).generate(request.model_copy(update={"speculative": False})).token_ids
         identical += SpeculativeGenerator(target, drafter).generate(request).token_ids == reference
     return f"{identical}/5 identical"

@@ -30,10 +30,25 @@ from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 
 SHAPES = {
-    "llama-3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                       num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                 vocab_size=512, max_position_embeddings=2048),
+    "llama-3-8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+    ),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=512,
+        max_position_embeddings=2048,
+    ),
 }
 NEW_TOKENS = (1, 2, 3, 5, 8)
 CONTEXT = 256
@@ -66,8 +81,14 @@ def on_equals_off(target: LoadedModel, prompts: list[list[int]]) -> list[dict]:
     for prompt in prompts:
         runs = {}
         for speculative in (False, True):
-            request = GenerationRequest(prompt_ids=prompt, max_tokens=64, ignore_eos=True, sampling=SamplingParams(temperature=0),
-                                        speculative=speculative, num_draft_tokens=4)
+            request = GenerationRequest(
+                prompt_ids=prompt,
+                max_tokens=64,
+                ignore_eos=True,
+                sampling=SamplingParams(temperature=0),
+                speculative=speculative,
+                num_draft_tokens=4,
+            )
             runs[speculative] = generator.generate(request).token_ids
         differ = next((i for i, (a, b) in enumerate(zip(runs[False], runs[True])) if a != b), None)
         results.append({"identical": runs[False] == runs[True], "first_difference": differ})
@@ -120,8 +141,11 @@ def main() -> None:
     device = torch.device(args.device)
     started = time.perf_counter()
     model = _random_model(args.shape, device)
-    print(f"{args.shape} random bf16 model on {device}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters "
-          f"({time.perf_counter() - started:.0f} s)", flush=True)
+    print(
+        f"{args.shape} random bf16 model on {device}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters "
+        f"({time.perf_counter() - started:.0f} s)",
+        flush=True,
+    )
     target = LoadedModel(model=model, tokenizer=_NoTokenizer(), source=f"random {args.shape}")
     prompts = [list(range(10 + 7 * p, 10 + 7 * p + 32)) for p in range(4)]
     report = {"shape": args.shape, "device": str(device), "on_equals_off": on_equals_off(target, prompts)}

@@ -20,13 +20,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-
 from pair_args import pair_parser
+
 from specdec.cli.bench import DEFAULT_PROMPTS, load_prompts
 from specdec.default_models import pair_or_default
 from specdec.drafters.gguf import GgufDrafter
-from specdec.engines.llama_cpp import GgufSequence
 from specdec.drafters.ngram import lookup_continuation
+from specdec.engines.llama_cpp import GgufSequence
 from specdec.gguf_model import GgufOptions, load_gguf
 from specdec.kv_cache import CachedSequence, PrefixCache
 from specdec.models import load_model
@@ -81,8 +81,13 @@ def main() -> None:
     first_sequence = None
     for prompt in load_prompts(args.prompt_file, None, args.prompts):  # round-robin over the categories, as bench takes them
         prompt_ids = torch.tensor([encode_chat(target.tokenizer, prompt.messages)])
-        sequence = target.model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), max_new_tokens=args.max_tokens,
-                                         do_sample=False, pad_token_id=target.tokenizer.pad_token_id)[0].tolist()
+        sequence = target.model.generate(
+            prompt_ids,
+            attention_mask=torch.ones_like(prompt_ids),
+            max_new_tokens=args.max_tokens,
+            do_sample=False,
+            pad_token_id=target.tokenizer.pad_token_id,
+        )[0].tolist()
         first_sequence = first_sequence or sequence
         draft_argmax = {}
         for name, open_sequence in drafts.items():

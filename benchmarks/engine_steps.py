@@ -83,19 +83,24 @@ def _engines(threads: int):
             if not padded:  # NOTE: a measurement only: the engine always pads
                 target.gguf.options = dataclasses.replace(target.gguf.options, min_pass_tokens=1)
             return target
+
         return load
 
     def hf(dtype: str):
         def load():
             torch.set_num_threads(threads)
             return load_model(hf_dir, device="cpu", dtype=dtype)
+
         return load
 
     n_params = sum(p.numel() for p in load_model(hf_dir, device="cpu").model.parameters())
-    return [("hf fp32", 4 * n_params, hf("float32")), ("hf bf16", 2 * n_params, hf("bfloat16")),
-            ("llama_cpp bf16 (padded, served)", bf16_gguf.stat().st_size, gguf(bf16_gguf, True)),
-            ("llama_cpp bf16 (unpadded)", bf16_gguf.stat().st_size, gguf(bf16_gguf, False)),
-            ("llama_cpp q4_1 (unpadded)", q4_gguf.stat().st_size, gguf(q4_gguf, False))]
+    return [
+        ("hf fp32", 4 * n_params, hf("float32")),
+        ("hf bf16", 2 * n_params, hf("bfloat16")),
+        ("llama_cpp bf16 (padded, served)", bf16_gguf.stat().st_size, gguf(bf16_gguf, True)),
+        ("llama_cpp bf16 (unpadded)", bf16_gguf.stat().st_size, gguf(bf16_gguf, False)),
+        ("llama_cpp q4_1 (unpadded)", q4_gguf.stat().st_size, gguf(q4_gguf, False)),
+    ]
 
 
 def main() -> None:
@@ -112,14 +117,21 @@ def main() -> None:
             prefix = encode_chat(target.tokenizer, [{"role": "user", "content": CONTEXT}]) + [1000 + i for i in range(64)]
             steps = {n: step_ms(target, prefix, n, args.repeats) for n in NEW_TOKENS}
             floor_ms = weight_bytes / (bandwidth * 1e9) * 1000
-            report["engines"].append({"engine": name, "threads": threads, "weight_bytes": weight_bytes, "floor_ms": floor_ms, "step_ms": steps})
-            rows.append(f"| {name} | {threads} | " + " | ".join(f"{steps[n]:.1f}" for n in NEW_TOKENS)
-                        + f" | {floor_ms:.1f} | {steps[1] / floor_ms:.2f}x |")
+            report["engines"].append(
+                {"engine": name, "threads": threads, "weight_bytes": weight_bytes, "floor_ms": floor_ms, "step_ms": steps}
+            )
+            rows.append(
+                f"| {name} | {threads} | "
+                + " | ".join(f"{steps[n]:.1f}" for n in NEW_TOKENS)
+                + f" | {floor_ms:.1f} | {steps[1] / floor_ms:.2f}x |"
+            )
             if hasattr(target, "close"):
                 target.close()
     report["load_average_after"] = os.getloadavg()
-    print(f"read bandwidth {bandwidth:.1f} GB/s; load average {report['load_average_before'][0]:.2f} before, "
-          f"{report['load_average_after'][0]:.2f} after\n")
+    print(
+        f"read bandwidth {bandwidth:.1f} GB/s; load average {report['load_average_before'][0]:.2f} before, "
+        f"{report['load_average_after'][0]:.2f} after\n"
+    )
     print("| engine | threads | " + " | ".join(f"{n} tok (ms)" for n in NEW_TOKENS) + " | floor (ms) | 1 tok / floor |")
     print("|---|---|" + "---|" * (len(NEW_TOKENS) + 2))
     print("\n".join(rows))

@@ -60,12 +60,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     token_ids = [random.Random(0).randrange(1000, 40000) for _ in range(args.prompt_tokens)]
-    print(f"| draft ({args.threads} thread(s)) | prefill of {args.prompt_tokens} tokens | tokens/s | step at {args.prompt_tokens} | step at {_SHORT_CONTEXT} |")
+    print(
+        f"| draft ({args.threads} thread(s)) | prefill of {args.prompt_tokens} tokens | tokens/s "
+        f"| step at {args.prompt_tokens} | step at {_SHORT_CONTEXT} |"
+    )
     print("|---|---|---|---|---|")
     for path in args.gguf:
         costs = gguf_costs(path, token_ids, args.threads, args.steps)
-        print(f"| {path.name} | {costs['prefill_s']:.2f} s | {args.prompt_tokens / costs['prefill_s']:.0f} | "
-              f"{costs['deep_step_ms']:.1f} ms | {costs['short_step_ms']:.1f} ms |", flush=True)
+        print(
+            f"| {path.name} | {costs['prefill_s']:.2f} s | {args.prompt_tokens / costs['prefill_s']:.0f} | "
+            f"{costs['deep_step_ms']:.1f} ms | {costs['short_step_ms']:.1f} ms |",
+            flush=True,
+        )
     seconds = target_prefill_s(token_ids)
     print(f"| the target (torch, {torch.get_num_threads()} threads) | {seconds:.2f} s | {args.prompt_tokens / seconds:.0f} | | |")
 

@@ -30,14 +30,23 @@ SCHEMA = {
         "age": {"type": "integer"},
         "email": {"type": "string"},
         "tags": {"type": "array", "items": {"type": "string"}},
-        "address": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
-                    "required": ["city", "zip"], "additionalProperties": False},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+            "required": ["city", "zip"],
+            "additionalProperties": False,
+        },
     },
     "required": ["name", "age", "email", "tags", "address"],
     "additionalProperties": False,
 }
-OUTPUT = {"name": "Ada Lovelace", "age": 36, "email": "ada@example.org", "tags": ["math", "engines", "poetry"],
-          "address": {"city": "London", "zip": "W1"}}
+OUTPUT = {
+    "name": "Ada Lovelace",
+    "age": 36,
+    "email": "ada@example.org",
+    "tags": ["math", "engines", "poetry"],
+    "address": {"city": "London", "zip": "W1"},
+}
 
 # An engine: (tokenizer, vocab_size, schema or None for JSON mode) -> a fresh walker with
 # `mask()` (compute the next mask) and `consume(token_id)`.
@@ -53,10 +62,12 @@ def llguidance_engine(tokenizer, vocab_size: int) -> Callable[[dict | None], Wal
     bitmask = llguidance.torch.allocate_token_bitmask(1, vocab_size)
 
     def build(schema: dict | None) -> Walker:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema if schema is not None else {"type": "object"},
-                                                               defaults={"whitespace_flexible": False})
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            schema if schema is not None else {"type": "object"}, defaults={"whitespace_flexible": False}
+        )
         matcher = llguidance.LLMatcher(ll_tokenizer, grammar)
         return (lambda: llguidance.torch.fill_next_token_bitmask(matcher, bitmask)), (lambda token: matcher.consume_token(token))
+
     return build
 
 
@@ -67,10 +78,14 @@ def xgrammar_engine(tokenizer, vocab_size: int) -> Callable[[dict | None], Walke
     bitmask = xgrammar.allocate_token_bitmask(1, vocab_size)
 
     def build(schema: dict | None) -> Walker:
-        compiled = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False) if schema is not None \
+        compiled = (
+            compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+            if schema is not None
             else compiler.compile_builtin_json_grammar()
+        )
         matcher = xgrammar.GrammarMatcher(compiled)
         return (lambda: matcher.fill_next_token_bitmask(bitmask)), (lambda token: matcher.accept_token(token))
+
     return build
 
 
@@ -91,6 +106,7 @@ def outlines_core_engine(tokenizer, vocab_size: int) -> Callable[[dict | None], 
             raise NotImplementedError("outlines-core has no JSON mode (only schemas and regexes)")
         guide = Guide(Index(build_regex_from_schema(json.dumps(schema), whitespace_pattern=""), vocabulary))
         return (lambda: guide.write_mask_into(mask.data_ptr(), mask.numel(), mask.element_size())), (lambda token: guide.advance(token))
+
     return build
 
 
@@ -110,9 +126,13 @@ def measure(build: Callable[[dict | None], Walker], schema: dict | None, token_i
             consume(token_id)
             per_token.append((time.perf_counter() - started) * 1e6)
     per_token.sort()
-    return {"compile_ms": round(compile_ms, 1), "mean_us": round(statistics.fmean(per_token), 1),
-            "p50_us": round(per_token[len(per_token) // 2], 1), "p99_us": round(per_token[int(len(per_token) * 0.99)], 1),
-            "tokens": len(token_ids)}
+    return {
+        "compile_ms": round(compile_ms, 1),
+        "mean_us": round(statistics.fmean(per_token), 1),
+        "p50_us": round(per_token[len(per_token) // 2], 1),
+        "p99_us": round(per_token[int(len(per_token) * 0.99)], 1),
+        "tokens": len(token_ids),
+    }
 
 
 def main() -> None:

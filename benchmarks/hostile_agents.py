@@ -41,8 +41,9 @@ def agent_bodies() -> dict[str, dict]:
     """The hostile HTTP requests by name (chat bodies, max_tokens 8); GRPC_CASES are the other ones."""
     cases = {
         "regex_blowup": {"response_format": {"type": "regex", "regex": "a{1000000}"}},
-        "pattern_blowup": _schema_format({"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}},
-                                          "required": ["code"]}),
+        "pattern_blowup": _schema_format(
+            {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}}, "required": ["code"]}
+        ),
         "self_ref": _schema_format({"$ref": "#"}),
         "5000_properties": _schema_format({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}),
         "128_big_tools": {"tools": [_tool(i, 300) for i in range(128)], "tool_choice": "required"},
@@ -78,8 +79,10 @@ def grpc_grammars(verify_address: str, draft_address: str, deadline: float, tall
     schema = json_schema_grammar({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}, "schema")
     opening = draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=schema))
     with grpc.insecure_channel(verify_address) as verify, grpc.insecure_channel(draft_address) as draft:
-        calls = {"grpc_verify_3mb_lark": lambda: list(verify_pb2_grpc.VerifyServiceStub(verify).Generate(generate, timeout=60)),
-                 "grpc_draft_5000_properties": lambda: list(draft_pb2_grpc.DraftServiceStub(draft).Propose(iter([opening]), timeout=60))}
+        calls = {
+            "grpc_verify_3mb_lark": lambda: list(verify_pb2_grpc.VerifyServiceStub(verify).Generate(generate, timeout=60)),
+            "grpc_draft_5000_properties": lambda: list(draft_pb2_grpc.DraftServiceStub(draft).Propose(iter([opening]), timeout=60)),
+        }
         calls = {name: call for name, call in calls.items() if name in cases}
         for name, call in itertools.cycle(calls.items()) if calls else ():
             if time.monotonic() >= deadline:

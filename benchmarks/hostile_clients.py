@@ -44,10 +44,22 @@ async def oversized_prompts(url: str, deadline: float, tally: collections.Counte
 
 
 async def slow_readers(port: int, deadline: float, tally: collections.Counter, choices: int = 8, pause_s: float = 3.0) -> None:
-    body = json.dumps({"model": "target", "messages": [{"role": "user", "content": "Tell me a long story about the sea."}],
-                       "max_tokens": 400, "n": choices, "logprobs": True, "top_logprobs": 20, "stream": True, "temperature": 0}).encode()
-    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    body = json.dumps(
+        {
+            "model": "target",
+            "messages": [{"role": "user", "content": "Tell me a long story about the sea."}],
+            "max_tokens": 400,
+            "n": choices,
+            "logprobs": True,
+            "top_logprobs": 20,
+            "stream": True,
+            "temperature": 0,
+        }
+    ).encode()
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
     loop = asyncio.get_running_loop()
     while time.monotonic() < deadline:
         client = socket.socket()
@@ -98,5 +110,13 @@ async def _hold_stream(stub, deadline: float, tally: collections.Counter, send_o
 
 def hostile_failures(tally: collections.Counter) -> list[str]:
     """What in `tally` is not an explicit, expected answer."""
-    expected = ("oversized_400_messages", "oversized_413", "oversized_429", "oversized_seconds", "slow_reader_200", "slow_reader_429", "idle_")
+    expected = (
+        "oversized_400_messages",
+        "oversized_413",
+        "oversized_429",
+        "oversized_seconds",
+        "slow_reader_200",
+        "slow_reader_429",
+        "idle_",
+    )
     return [f"{count:g} x {outcome}" for outcome, count in tally.items() if not outcome.startswith(expected)]

@@ -8,10 +8,11 @@
 Starts the stack as `specdec up` does (loopback.py). Two phases of --duration seconds each: a baseline,
 then the same with --hostile-clients clients looping chat prompts just under the gateway's 4 MiB body
 limit (max_tokens 4), or with --hostile agent the agent cases of hostile_agents.py (each hostile client
-loops the HTTP ones, and one more sends big grammars straight to verify and the draft over gRPC). In both phases one client sends small requests back to back (chat, 4 tokens,
-greedy) and another polls /ready every 0.25 s, as a Kubernetes readiness probe would. Reports /ready
-answers, small-request latency percentiles per phase, and what the hostile requests got. Exit status
-1 when /ready was ever not 200, a small request failed, or a hostile request got anything but an explicit refusal.
+loops the HTTP ones, and one more sends big grammars straight to verify and the draft over gRPC). In both
+phases one client sends small requests back to back (chat, 4 tokens, greedy) and another polls /ready every
+0.25 s, as a Kubernetes readiness probe would. Reports /ready answers, small-request latency percentiles per
+phase, and what the hostile requests got. Exit status 1 when /ready was ever not 200, a small request failed,
+or a hostile request got anything but an explicit refusal.
 """
 
 from __future__ import annotations
@@ -49,8 +50,16 @@ async def _probe_ready(url: str, deadline: float, answers: collections.Counter) 
             await asyncio.sleep(0.25)
 
 
-def _flood(url: str, duration: float, hostile_clients: int, body: bytes | None, results: multiprocessing.Queue, nice: int,
-           grpc_addresses: tuple[str, str], agent_cases: frozenset[str]) -> None:
+def _flood(
+    url: str,
+    duration: float,
+    hostile_clients: int,
+    body: bytes | None,
+    results: multiprocessing.Queue,
+    nice: int,
+    grpc_addresses: tuple[str, str],
+    agent_cases: frozenset[str],
+) -> None:
     """The hostile clients, in a process of their own as they would be on other hosts: in the measuring
     process their uploads would delay the small requests' own client, not only the server. `nice`
     lowers their CPU priority, for hosts where they cannot be elsewhere: on 2 shared cores, building and
@@ -62,21 +71,28 @@ def _flood(url: str, duration: float, hostile_clients: int, body: bytes | None, 
         if body is not None:
             await asyncio.gather(*(oversized_prompts(url, deadline, tally, body) for _ in range(hostile_clients)))
         else:  # the agent cases (body None)
-            await asyncio.gather(*(agent_requests(url, deadline, tally, agent_cases) for _ in range(hostile_clients)),
-                                 asyncio.to_thread(grpc_grammars, *grpc_addresses, deadline, tally, agent_cases))
+            await asyncio.gather(
+                *(agent_requests(url, deadline, tally, agent_cases) for _ in range(hostile_clients)),
+                asyncio.to_thread(grpc_grammars, *grpc_addresses, deadline, tally, agent_cases),
+            )
         return tally
 
     results.put(dict(asyncio.run(flood())))
 
 
-async def _phase(services, duration: float, hostile_clients: int, body: bytes | None, nice: int = 0,
-                 agent_cases: frozenset[str] = frozenset()) -> dict:
+async def _phase(
+    services, duration: float, hostile_clients: int, body: bytes | None, nice: int = 0, agent_cases: frozenset[str] = frozenset()
+) -> dict:
     url, grpc_addresses = services.url, (services.verify_address, services.draft_address)
     latencies, failures, ready = [], [], collections.Counter()
     cpu_before = services.cpu_seconds()
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    flooder = context.Process(target=_flood, args=(url, duration, hostile_clients, body, results, nice, grpc_addresses, agent_cases)) if hostile_clients else None
+    flooder = (
+        context.Process(target=_flood, args=(url, duration, hostile_clients, body, results, nice, grpc_addresses, agent_cases))
+        if hostile_clients
+        else None
+    )
     if flooder is not None:
         flooder.start()
     deadline = time.monotonic() + duration
@@ -87,10 +103,16 @@ async def _phase(services, duration: float, hostile_clients: int, body: bytes | 
     answered = sum(count for outcome, count in hostile.items() if not outcome.endswith("_seconds"))
     seconds = sum(count for outcome, count in hostile.items() if outcome.endswith("_seconds"))
     cpu = {name: round(seconds - cpu_before[name], 2) for name, seconds in services.cpu_seconds().items()}
-    return {"small_requests": percentiles(latencies), "ready": dict(ready), "service_cpu_s": cpu, "hostile": dict(hostile),
-            "hostile_mean_s": round(seconds / answered, 3) if answered else None,
-            "problems": failures[:10] + [f"/ready answered {status} x{count}" for status, count in ready.items() if status != "200"]
-            + [f"hostile request got {failure}" for failure in (hostile_failures(hostile) if body is not None else agent_failures(hostile))]}
+    return {
+        "small_requests": percentiles(latencies),
+        "ready": dict(ready),
+        "service_cpu_s": cpu,
+        "hostile": dict(hostile),
+        "hostile_mean_s": round(seconds / answered, 3) if answered else None,
+        "problems": failures[:10]
+        + [f"/ready answered {status} x{count}" for status, count in ready.items() if status != "200"]
+        + [f"hostile request got {failure}" for failure in (hostile_failures(hostile) if body is not None else agent_failures(hostile))],
+    }
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -98,25 +120,49 @@ def run(args: argparse.Namespace) -> dict:
     with loopback_stack(args.target, args.draft) as services:
         httpx.post(f"{services.url}/v1/chat/completions", json=SMALL, timeout=120).raise_for_status()  # warm up
         baseline = asyncio.run(_phase(services, args.duration, 0, body))
-        hostile = asyncio.run(_phase(services, args.duration, args.hostile_clients, body, args.hostile_nice, frozenset(args.agent_cases.split(","))))
+        hostile = asyncio.run(
+            _phase(services, args.duration, args.hostile_clients, body, args.hostile_nice, frozenset(args.agent_cases.split(",")))
+        )
         sessions_after = services.wait_idle()
-    problems = baseline["problems"] + hostile["problems"] + [f"{name} still holds {count:g} sessions" for name, count in sessions_after.items() if count]
-    return {"hostile": args.hostile, "agent_cases": args.agent_cases if body is None else None, "prompt_bytes": len(body) if body else None, "hostile_clients": args.hostile_clients, "hostile_nice": args.hostile_nice, "duration_s": args.duration,
-            "baseline": baseline, "under_hostile_load": hostile, "sessions_after": sessions_after, "problems": problems, "ok": not problems}
+    problems = (
+        baseline["problems"]
+        + hostile["problems"]
+        + [f"{name} still holds {count:g} sessions" for name, count in sessions_after.items() if count]
+    )
+    return {
+        "hostile": args.hostile,
+        "agent_cases": args.agent_cases if body is None else None,
+        "prompt_bytes": len(body) if body else None,
+        "hostile_clients": args.hostile_clients,
+        "hostile_nice": args.hostile_nice,
+        "duration_s": args.duration,
+        "baseline": baseline,
+        "under_hostile_load": hostile,
+        "sessions_after": sessions_after,
+        "problems": problems,
+        "ok": not problems,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per phase")
     parser.add_argument("--hostile-clients", type=int, default=2)
-    parser.add_argument("--hostile", choices=["oversized", "agent"], default="oversized",
-                        help="what the hostile clients send: maximum-size prompts, or the agent cases (hostile_agents.py)")
+    parser.add_argument(
+        "--hostile",
+        choices=["oversized", "agent"],
+        default="oversized",
+        help="what the hostile clients send: maximum-size prompts, or the agent cases (hostile_agents.py)",
+    )
     parser.add_argument("--prompt-bytes", type=int, default=4 * 1024 * 1024 - 4096, help="size of each hostile request body")
     parser.add_argument("--target", help="target model (default: a tiny random pair, built for the run)")
     parser.add_argument("--draft", help="draft model (default: the tiny pair's)")
-    parser.add_argument("--agent-cases", default=",".join([*agent_bodies(), *GRPC_CASES]), help="with --hostile agent: which cases (default: all)")
-    parser.add_argument("--hostile-nice", type=int, default=0,
-                        help="niceness of the hostile clients' process (19: as if they ran on other hosts)")
+    parser.add_argument(
+        "--agent-cases", default=",".join([*agent_bodies(), *GRPC_CASES]), help="with --hostile agent: which cases (default: all)"
+    )
+    parser.add_argument(
+        "--hostile-nice", type=int, default=0, help="niceness of the hostile clients' process (19: as if they ran on other hosts)"
+    )
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
     return report(run(args), args.json)

@@ -37,8 +37,14 @@ def main() -> None:
         texts = {}
         for enabled in (True, False):
             speculative = {"enabled": enabled, **({"acceptance": args.acceptance} if args.acceptance else {})}
-            body = {"model": model, "messages": prompt.messages, "max_tokens": args.max_tokens, "temperature": args.temperature,
-                    "seed": args.seed, "speculative": speculative}
+            body = {
+                "model": model,
+                "messages": prompt.messages,
+                "max_tokens": args.max_tokens,
+                "temperature": args.temperature,
+                "seed": args.seed,
+                "speculative": speculative,
+            }
             reply = client.post("/v1/chat/completions", json=body).raise_for_status().json()
             texts[enabled] = reply["choices"][0]["message"]["content"]
             if enabled:

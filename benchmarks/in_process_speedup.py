@@ -12,6 +12,7 @@ import json
 import time
 
 from pair_args import pair_parser
+
 from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
@@ -36,13 +37,20 @@ def main() -> None:
     questions = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines()][::37][: args.prompts]
     drafter = ModelDrafter(draft.model)
     if args.prompt_lookup:
-        drafter = PromptLookupDrafter(drafter, LookupSettings(min_ngram=args.min_ngram, max_ngram=max(3, args.min_ngram), model_tokens=args.model_tokens))
+        drafter = PromptLookupDrafter(
+            drafter, LookupSettings(min_ngram=args.min_ngram, max_ngram=max(3, args.min_ngram), model_tokens=args.model_tokens)
+        )
     tokens, seconds, accepted, drafted = {"on": 0, "off": 0}, {"on": 0.0, "off": 0.0}, 0, 0
     for question in questions:
         prompt_ids = encode_chat(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
         for mode in ("on", "off"):
-            request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=args.max_tokens, sampling=SamplingParams(temperature=0),
-                                        num_draft_tokens=args.k, speculative=mode == "on")
+            request = GenerationRequest(
+                prompt_ids=prompt_ids,
+                max_tokens=args.max_tokens,
+                sampling=SamplingParams(temperature=0),
+                num_draft_tokens=args.k,
+                speculative=mode == "on",
+            )
             started = time.perf_counter()
             result = SpeculativeGenerator(target, drafter if mode == "on" else None).generate(request)
             seconds[mode] += time.perf_counter() - started
@@ -50,8 +58,10 @@ def main() -> None:
             accepted, drafted = accepted + result.stats.accepted_tokens, drafted + result.stats.draft_tokens
     rate = {mode: tokens[mode] / seconds[mode] for mode in tokens}
     label = f"lookup(min {args.min_ngram}, model {args.model_tokens or args.k})+" if args.prompt_lookup else ""
-    print(f"in-process {label}K={args.k}: on {rate['on']:.1f} tok/s, off {rate['off']:.1f} tok/s, speedup {rate['on'] / rate['off']:.2f}, "
-          f"acceptance {accepted / max(drafted, 1):.3f}")
+    print(
+        f"in-process {label}K={args.k}: on {rate['on']:.1f} tok/s, off {rate['off']:.1f} tok/s, speedup {rate['on'] / rate['off']:.2f}, "
+        f"acceptance {accepted / max(drafted, 1):.3f}"
+    )
 
 
 if __name__ == "__main__":

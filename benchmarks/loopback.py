@@ -36,8 +36,11 @@ class Services:
         self.url = f"http://127.0.0.1:{plan.gateway_port}"
         self.verify_address = f"127.0.0.1:{plan.verify_port}"
         self.draft_address = f"127.0.0.1:{plan.draft_port}"
-        self.metrics = {"draft": f"http://127.0.0.1:{plan.draft_metrics_port}/metrics",
-                        "verify": f"http://127.0.0.1:{plan.verify_metrics_port}/metrics", "gateway": f"{self.url}/metrics"}
+        self.metrics = {
+            "draft": f"http://127.0.0.1:{plan.draft_metrics_port}/metrics",
+            "verify": f"http://127.0.0.1:{plan.verify_metrics_port}/metrics",
+            "gateway": f"{self.url}/metrics",
+        }
 
     def cpu_seconds(self) -> dict[str, float]:
         """User + system CPU time each service has used so far (/proc/PID/stat; clock ticks of 1/100 s)."""
@@ -75,15 +78,28 @@ def loopback_stack(target: str | None, draft: str | None, **sections: dict) -> I
             pair = make_tiny_pair(Path(directory) / "pair")
             target, draft = str(pair.target), str(pair.draft)
         # All on loopback; the clients ask for model "target" whatever the pair.
-        config = {"model": {"target_path": target, "draft_path": draft}, "observability": {"log_level": "warning"},
-                  "serving": {"host": "127.0.0.1", "served_model_name": "target"}, "draft_service": {"host": "127.0.0.1"},
-                  "verify_service": {"host": "127.0.0.1"}}
+        config = {
+            "model": {"target_path": target, "draft_path": draft},
+            "observability": {"log_level": "warning"},
+            "serving": {"host": "127.0.0.1", "served_model_name": "target"},
+            "draft_service": {"host": "127.0.0.1"},
+            "verify_service": {"host": "127.0.0.1"},
+        }
         for name, values in sections.items():
             config[name] = {**config.get(name, {}), **values}
         path = Path(directory) / "bench.yaml"
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        plan = UpPlan(config_file=str(path), target=None, draft=None, draft_method=None, gateway_port=free_port(), draft_port=free_port(),
-                      verify_port=free_port(), draft_metrics_port=free_port(), verify_metrics_port=free_port())
+        plan = UpPlan(
+            config_file=str(path),
+            target=None,
+            draft=None,
+            draft_method=None,
+            gateway_port=free_port(),
+            draft_port=free_port(),
+            verify_port=free_port(),
+            draft_metrics_port=free_port(),
+            verify_metrics_port=free_port(),
+        )
         stack = Stack()
         try:
             start_all(stack, plan)
@@ -97,8 +113,13 @@ def percentiles(values: list[float]) -> dict:
     if len(values) < 2:
         return {"count": len(values)}
     cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return {"count": len(values), "p50_ms": round(cuts[49] * 1000, 2), "p90_ms": round(cuts[89] * 1000, 2),
-            "p99_ms": round(cuts[98] * 1000, 2), "max_ms": round(max(values) * 1000, 2)}
+    return {
+        "count": len(values),
+        "p50_ms": round(cuts[49] * 1000, 2),
+        "p90_ms": round(cuts[89] * 1000, 2),
+        "p99_ms": round(cuts[98] * 1000, 2),
+        "max_ms": round(max(values) * 1000, 2),
+    }
 
 
 def report(result: dict, json_path: str | None) -> int:

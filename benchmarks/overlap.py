@@ -28,8 +28,12 @@ from service_processes import free_port, spawn_service, wait_serving
 
 from specdec.cli.client import VerifyClient
 
-PROMPTS = ["Explain how a bicycle's gears make it easier to ride up a hill.", "Write a short story about a lighthouse keeper.",
-           "List five uses of a paperclip and explain each.", "Describe the water cycle to a ten-year-old."]
+PROMPTS = [
+    "Explain how a bicycle's gears make it easier to ride up a hill.",
+    "Write a short story about a lighthouse keeper.",
+    "List five uses of a paperclip and explain each.",
+    "Describe the water cycle to a ten-year-old.",
+]
 
 
 def _draft_counters(metrics_port: int) -> dict[str, float]:
@@ -50,14 +54,40 @@ def _mean(values: list[float]) -> float:
 
 def measure(args: argparse.Namespace, target: str, draft: str, overlap: bool) -> dict:
     draft_port, verify_port, metrics_port = free_port(), free_port(), free_port()
-    draft_args = ["--draft", draft, "--port", str(draft_port), "--metrics-port", str(metrics_port), "--overlap" if overlap else "--no-overlap"]
+    draft_args = [
+        "--draft",
+        draft,
+        "--port",
+        str(draft_port),
+        "--metrics-port",
+        str(metrics_port),
+        "--overlap" if overlap else "--no-overlap",
+    ]
     processes = [spawn_service("draft", *draft_args, *(["--draft-device", args.draft_device] if args.draft_device else []))]
     try:
         wait_serving(f"127.0.0.1:{draft_port}", processes[0])
-        processes.append(spawn_service("verify", "--target", target, "--port", str(verify_port), "--metrics-port", "0",
-                                "--draft-endpoint", f"127.0.0.1:{draft_port}", *(["--device", args.device] if args.device else [])))
+        processes.append(
+            spawn_service(
+                "verify",
+                "--target",
+                target,
+                "--port",
+                str(verify_port),
+                "--metrics-port",
+                "0",
+                "--draft-endpoint",
+                f"127.0.0.1:{draft_port}",
+                *(["--device", args.device] if args.device else []),
+            )
+        )
         wait_serving(f"127.0.0.1:{verify_port}", processes[1])
-        settings = {"max_tokens": args.max_tokens, "temperature": args.temperature, "ignore_eos": True, "num_draft_tokens": args.k, "seed": 1}
+        settings = {
+            "max_tokens": args.max_tokens,
+            "temperature": args.temperature,
+            "ignore_eos": True,
+            "num_draft_tokens": args.k,
+            "seed": 1,
+        }
         rounds, tokens = [], 0
         with VerifyClient(f"127.0.0.1:{verify_port}") as client:
             client.generate("warm up", **{**settings, "max_tokens": 8})
@@ -74,11 +104,16 @@ def measure(args: argparse.Namespace, target: str, draft: str, overlap: bool) ->
             process.terminate()
             process.wait(timeout=30)
     return {
-        "overlap": overlap, "rounds": len(rounds), "tokens_per_s": round(tokens / elapsed, 2),
-        "wait_ms": _mean([r.draft_ms + r.transport_ms for r in rounds]), "draft_ms": _mean([r.draft_ms for r in rounds]),
-        "transport_ms": _mean([r.transport_ms for r in rounds]), "target_ms": _mean([r.target_ms for r in rounds]),
+        "overlap": overlap,
+        "rounds": len(rounds),
+        "tokens_per_s": round(tokens / elapsed, 2),
+        "wait_ms": _mean([r.draft_ms + r.transport_ms for r in rounds]),
+        "draft_ms": _mean([r.draft_ms for r in rounds]),
+        "transport_ms": _mean([r.transport_ms for r in rounds]),
+        "target_ms": _mean([r.target_ms for r in rounds]),
         "acceptance_rate": round(sum(r.num_accepted for r in rounds) / max(1, sum(r.num_candidates for r in rounds)), 3),
-        "predrafted_used": after["used"] - before["used"], "predrafted_discarded": after["discarded"] - before["discarded"],
+        "predrafted_used": after["used"] - before["used"],
+        "predrafted_discarded": after["discarded"] - before["discarded"],
         "saved_ms_per_round": round((after["saved_s"] - before["saved_s"]) * 1000 / max(1, len(rounds)), 3),
     }
 
@@ -111,10 +146,17 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     target, draft = _pair(args)
     off, on = measure(args, target, draft, overlap=False), measure(args, target, draft, overlap=True)
-    report = {"target": target, "draft": draft, "k": args.k, "temperature": args.temperature, "off": off, "on": on,
-              "critical_draft_ms_reduction": round(1 - on["draft_ms"] / off["draft_ms"], 3) if off["draft_ms"] else None,
-              "wait_ms_reduction": round(1 - on["wait_ms"] / off["wait_ms"], 3) if off["wait_ms"] else None,
-              "speedup_tokens_per_s": round(on["tokens_per_s"] / off["tokens_per_s"], 3) if off["tokens_per_s"] else None}
+    report = {
+        "target": target,
+        "draft": draft,
+        "k": args.k,
+        "temperature": args.temperature,
+        "off": off,
+        "on": on,
+        "critical_draft_ms_reduction": round(1 - on["draft_ms"] / off["draft_ms"], 3) if off["draft_ms"] else None,
+        "wait_ms_reduction": round(1 - on["wait_ms"] / off["wait_ms"], 3) if off["wait_ms"] else None,
+        "speedup_tokens_per_s": round(on["tokens_per_s"] / off["tokens_per_s"], 3) if off["tokens_per_s"] else None,
+    }
     print(json.dumps(report, indent=1))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as file:

@@ -75,8 +75,23 @@ def _wait_ready(url: str, process: subprocess.Popen, name: str) -> None:
 def start_llama_server(python: str, gguf: Path, name: str, log_dir: Path) -> tuple[subprocess.Popen, System]:
     log = log_dir / f"{name.replace(' ', '-')}.log"
     port = free_port()
-    command = [python, "-m", "llama_cpp.server", "--model", str(gguf), "--n_threads", "2", "--n_threads_batch", "2",
-               "--n_ctx", "4096", "--port", str(port), "--host", "127.0.0.1"]
+    command = [
+        python,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(gguf),
+        "--n_threads",
+        "2",
+        "--n_threads_batch",
+        "2",
+        "--n_ctx",
+        "4096",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+    ]
     process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     _wait_ready(url, process, name)
@@ -85,8 +100,23 @@ def start_llama_server(python: str, gguf: Path, name: str, log_dir: Path) -> tup
 
 def start_specdec(name: str, up_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, list[System]]:
     ports = [free_port() for _ in range(5)]
-    command = [sys.executable, "-m", "specdec.cli.main", "up", *up_args, "--gateway-port", str(ports[0]), "--draft-port", str(ports[1]),
-               "--verify-port", str(ports[2]), "--draft-metrics-port", str(ports[3]), "--verify-metrics-port", str(ports[4])]
+    command = [
+        sys.executable,
+        "-m",
+        "specdec.cli.main",
+        "up",
+        *up_args,
+        "--gateway-port",
+        str(ports[0]),
+        "--draft-port",
+        str(ports[1]),
+        "--verify-port",
+        str(ports[2]),
+        "--draft-metrics-port",
+        str(ports[3]),
+        "--verify-metrics-port",
+        str(ports[4]),
+    ]
     env = {key: value for key, value in os.environ.items() if key != "SPECDEC_API_KEYS"}
     process = subprocess.Popen(command, stdout=(log_dir / f"{name}.log").open("w"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{ports[0]}"
@@ -96,8 +126,15 @@ def start_specdec(name: str, up_args: list[str], log_dir: Path) -> tuple[subproc
 
 
 def ask(system: System, prompt: str, max_tokens: int, temperature: float, seed: int, tokenizer) -> Reply:
-    body = {"model": system.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": temperature, "stream": True, **({"seed": seed} if temperature > 0 else {}), **system.extra}
+    body = {
+        "model": system.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        **({"seed": seed} if temperature > 0 else {}),
+        **system.extra,
+    }
     started = time.perf_counter()
     first, last, text = None, None, []
     with httpx.stream("POST", f"{system.url}/v1/chat/completions", json=body, timeout=300) as response:
@@ -121,7 +158,9 @@ def ask(system: System, prompt: str, max_tokens: int, temperature: float, seed: 
 def run_group(system: System, prompts: list[str], args, temperature: float, tokenizer) -> tuple[float, list[Reply]]:
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
-        replies = list(pool.map(lambda item: ask(system, item[1], args.max_tokens, temperature, 1000 + item[0], tokenizer), enumerate(prompts)))
+        replies = list(
+            pool.map(lambda item: ask(system, item[1], args.max_tokens, temperature, 1000 + item[0], tokenizer), enumerate(prompts))
+        )
     return time.perf_counter() - started, replies
 
 
@@ -129,12 +168,12 @@ def measure(systems: list[System], prompts: list[str], args, tokenizer) -> list[
     results = []
     for temperature in args.temperatures:
         for concurrency in args.concurrency:
-            groups = [prompts[i:i + concurrency] for i in range(0, len(prompts) - concurrency + 1, concurrency)]
+            groups = [prompts[i : i + concurrency] for i in range(0, len(prompts) - concurrency + 1, concurrency)]
             walls = {system.name: 0.0 for system in systems}
             replies: dict[str, list[Reply]] = {system.name: [] for system in systems}
             loads = []
             for index, group in enumerate(groups):
-                order = systems[index % len(systems):] + systems[:index % len(systems)]
+                order = systems[index % len(systems) :] + systems[: index % len(systems)]
                 for system in order:
                     wall, group_replies = run_group(system, group, args, temperature, tokenizer)
                     walls[system.name] += wall
@@ -143,21 +182,39 @@ def measure(systems: list[System], prompts: list[str], args, tokenizer) -> list[
             for system in systems:
                 tokens = sum(reply.tokens for reply in replies[system.name])
                 itls = [reply.itl_s for reply in replies[system.name] if reply.itl_s is not None]
-                results.append({"system": system.name, "temperature": temperature, "concurrency": concurrency, "tokens": tokens,
-                                "seconds": walls[system.name], "tok_s": tokens / walls[system.name],
-                                "ttft_ms_p50": 1000 * statistics.median(reply.ttft_s for reply in replies[system.name]),
-                                "itl_ms_p50": 1000 * statistics.median(itls) if itls else None,
-                                "load_average": [min(loads), max(loads)], "replies": [reply.__dict__ for reply in replies[system.name]]})
+                results.append(
+                    {
+                        "system": system.name,
+                        "temperature": temperature,
+                        "concurrency": concurrency,
+                        "tokens": tokens,
+                        "seconds": walls[system.name],
+                        "tok_s": tokens / walls[system.name],
+                        "ttft_ms_p50": 1000 * statistics.median(reply.ttft_s for reply in replies[system.name]),
+                        "itl_ms_p50": 1000 * statistics.median(itls) if itls else None,
+                        "load_average": [min(loads), max(loads)],
+                        "replies": [reply.__dict__ for reply in replies[system.name]],
+                    }
+                )
     return results
 
 
 def table(results: list[dict], reference: str) -> str:
-    lines = ["| system | T | concurrency | tok/s | vs llama_cpp.server bf16 | TTFT p50 (ms) | ITL p50 (ms) | load avg |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| system | T | concurrency | tok/s | vs llama_cpp.server bf16 | TTFT p50 (ms) | ITL p50 (ms) | load avg |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in results:
-        base = next(r for r in results if r["system"] == reference and r["temperature"] == row["temperature"] and r["concurrency"] == row["concurrency"])
+        base = next(
+            r
+            for r in results
+            if r["system"] == reference and r["temperature"] == row["temperature"] and r["concurrency"] == row["concurrency"]
+        )
         itl = f"{row['itl_ms_p50']:.1f}" if row["itl_ms_p50"] is not None else "-"
-        lines.append(f"| {row['system']} | {row['temperature']} | {row['concurrency']} | {row['tok_s']:.1f} | {row['tok_s'] / base['tok_s']:.2f}x "
-                     f"| {row['ttft_ms_p50']:.0f} | {itl} | {row['load_average'][0]:.2f}-{row['load_average'][1]:.2f} |")
+        lines.append(
+            f"| {row['system']} | {row['temperature']} | {row['concurrency']} | {row['tok_s']:.1f} | {row['tok_s'] / base['tok_s']:.2f}x "
+            f"| {row['ttft_ms_p50']:.0f} | {itl} | {row['load_average'][0]:.2f}-{row['load_average'][1]:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -182,7 +239,9 @@ def main() -> None:
     log_dir = Path(args.out).with_suffix("") if args.out else Path("bench-results") / "peers"
     log_dir.mkdir(parents=True, exist_ok=True)
     prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines() if line.strip()][: args.prompts]
-    stacks = ([] if args.no_default_stack else [("specdec", [])]) + [(spec.split("=", 1)[0], shlex.split(spec.split("=", 1)[1])) for spec in args.specdec]
+    stacks = ([] if args.no_default_stack else [("specdec", [])]) + [
+        (spec.split("=", 1)[0], shlex.split(spec.split("=", 1)[1])) for spec in args.specdec
+    ]
     processes, systems = [], []
     try:
         for name, gguf in (("llama_cpp.server bf16", bf16), ("llama_cpp.server q4_1", default_draft_gguf(models_dir()))):

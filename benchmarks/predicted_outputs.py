@@ -32,7 +32,7 @@ import yaml
 from openai import OpenAI
 from service_processes import free_port
 
-PYTHON_FILE = '''import json
+PYTHON_FILE = """import json
 from dataclasses import dataclass, field
 
 
@@ -82,9 +82,9 @@ class Inventory:
             for data in json.load(file).values():
                 inventory.add(Item(**data))
         return inventory
-'''
+"""
 
-CONFIG_FILE = '''server:
+CONFIG_FILE = """server:
   host: 0.0.0.0
   port: 8080
   workers: 4
@@ -106,15 +106,15 @@ features:
   new_checkout: true
   recommendations: false
   gift_cards: true
-'''
+"""
 
-PROSE_FILE = '''The river runs through the middle of the town, and every morning the market opens on its banks.
+PROSE_FILE = """The river runs through the middle of the town, and every morning the market opens on its banks.
 Farmers bring apples, pears and plums from the orchards on the hills.
 Fishermen sell what they caught before dawn, and the baker sets out bread that is still warm.
 Children run between the stalls while their parents talk about the weather, the prices and the news from the city.
 At noon the bells of the old church ring, and the traders cover their goods with cloth to keep off the sun.
 In the afternoon the crowd thins out, and by evening only the sound of the water is left.
-'''
+"""
 
 SYSTEM = "You are a code editor. Reply with the complete edited file and nothing else."
 
@@ -135,7 +135,9 @@ def edit_messages(language: str, text: str, instruction: str) -> list[dict]:
 
 def start_stack(workdir: str, prediction_draft_tokens: int | None) -> tuple[subprocess.Popen, str]:
     """`specdec up` with no model arguments, on free ports; returns the process and the gateway URL."""
-    ports = {flag: free_port() for flag in ("--gateway-port", "--draft-port", "--verify-port", "--draft-metrics-port", "--verify-metrics-port")}
+    ports = {
+        flag: free_port() for flag in ("--gateway-port", "--draft-port", "--verify-port", "--draft-metrics-port", "--verify-metrics-port")
+    }
     command = [sys.executable, "-m", "specdec.cli", "up", *[part for flag, port in ports.items() for part in (flag, str(port))]]
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
     if prediction_draft_tokens is not None:
@@ -171,44 +173,63 @@ def timed(client: OpenAI, model: str, task: tuple[str, str, str, str], max_token
     fields = {"prediction": {"type": "content", "content": text}} if prediction else {}
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    response = client.chat.completions.create(model=model, messages=edit_messages(language, text, instruction), max_tokens=max_tokens,
-                                              temperature=0, stop=STOP, **fields)
+    response = client.chat.completions.create(
+        model=model, messages=edit_messages(language, text, instruction), max_tokens=max_tokens, temperature=0, stop=STOP, **fields
+    )
     seconds = time.perf_counter() - started
     usage = response.usage
     details = usage.completion_tokens_details
-    return {"text": response.choices[0].message.content, "completion_tokens": usage.completion_tokens, "seconds": seconds,
-            "tokens_per_s": usage.completion_tokens / seconds, "finish_reason": response.choices[0].finish_reason,
-            "accepted_prediction_tokens": details.accepted_prediction_tokens if details else 0,
-            "rejected_prediction_tokens": details.rejected_prediction_tokens if details else 0,
-            "rounds": response.model_extra["speculative"]["rounds"], "load_average_1m": round(load, 2)}
+    return {
+        "text": response.choices[0].message.content,
+        "completion_tokens": usage.completion_tokens,
+        "seconds": seconds,
+        "tokens_per_s": usage.completion_tokens / seconds,
+        "finish_reason": response.choices[0].finish_reason,
+        "accepted_prediction_tokens": details.accepted_prediction_tokens if details else 0,
+        "rejected_prediction_tokens": details.rejected_prediction_tokens if details else 0,
+        "rounds": response.model_extra["speculative"]["rounds"],
+        "load_average_1m": round(load, 2),
+    }
 
 
 def run_task(client: OpenAI, model: str, task: tuple[str, str, str, str], repeats: int, max_tokens: int) -> dict:
     """Both arms `repeats` times, interleaved (off/on, then on/off, ...) so that load drifts hit both alike."""
     runs = {False: [], True: []}
     for repeat in range(repeats):
-        for prediction in ((False, True) if repeat % 2 == 0 else (True, False)):
+        for prediction in (False, True) if repeat % 2 == 0 else (True, False):
             runs[prediction].append(timed(client, model, task, max_tokens, prediction))
     without, with_ = runs[False], runs[True]
     off_rate = statistics.median(run["tokens_per_s"] for run in without)
     on_rate = statistics.median(run["tokens_per_s"] for run in with_)
     output, original = without[0]["text"], task[2]
     body = output.split("\n", 1)[1] if output.startswith("```") else output  # the reply without its opening fence
-    return {"task": task[0], "completion_tokens": without[0]["completion_tokens"], "finish_reason": without[0]["finish_reason"],
-            "tokens_per_s_without": round(off_rate, 2), "tokens_per_s_with": round(on_rate, 2), "speedup": round(on_rate / off_rate, 2),
-            "identical_text": len({run["text"] for run in without + with_}) == 1,
-            "similarity_to_prediction": round(difflib.SequenceMatcher(None, body.strip(), original.strip()).ratio(), 3),
-            "accepted_prediction_tokens": with_[0]["accepted_prediction_tokens"], "rejected_prediction_tokens": with_[0]["rejected_prediction_tokens"],
-            "rounds_without": without[0]["rounds"], "rounds_with": with_[0]["rounds"],
-            "seconds_without": [round(run["seconds"], 2) for run in without], "seconds_with": [round(run["seconds"], 2) for run in with_],
-            "load_average_1m_without": [run["load_average_1m"] for run in without], "load_average_1m_with": [run["load_average_1m"] for run in with_],
-            "output": output}
+    return {
+        "task": task[0],
+        "completion_tokens": without[0]["completion_tokens"],
+        "finish_reason": without[0]["finish_reason"],
+        "tokens_per_s_without": round(off_rate, 2),
+        "tokens_per_s_with": round(on_rate, 2),
+        "speedup": round(on_rate / off_rate, 2),
+        "identical_text": len({run["text"] for run in without + with_}) == 1,
+        "similarity_to_prediction": round(difflib.SequenceMatcher(None, body.strip(), original.strip()).ratio(), 3),
+        "accepted_prediction_tokens": with_[0]["accepted_prediction_tokens"],
+        "rejected_prediction_tokens": with_[0]["rejected_prediction_tokens"],
+        "rounds_without": without[0]["rounds"],
+        "rounds_with": with_[0]["rounds"],
+        "seconds_without": [round(run["seconds"], 2) for run in without],
+        "seconds_with": [round(run["seconds"], 2) for run in with_],
+        "load_average_1m_without": [run["load_average_1m"] for run in without],
+        "load_average_1m_with": [run["load_average_1m"] for run in with_],
+        "output": output,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2, help="requests per task and side (medians are reported)")
-    parser.add_argument("--max-tokens", type=int, default=600, help="room to finish the longest file (~400 tokens); the reply ends at its closing fence")
+    parser.add_argument(
+        "--max-tokens", type=int, default=600, help="room to finish the longest file (~400 tokens); the reply ends at its closing fence"
+    )
     parser.add_argument("--prediction-draft-tokens", type=int, help="speculative.prediction_draft_tokens (default: the config's)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
@@ -224,11 +245,19 @@ def main(argv: list[str] | None = None) -> dict:
         stop_stack(process)
     total_without = sum(r["completion_tokens"] / r["tokens_per_s_without"] for r in results)
     total_with = sum(r["completion_tokens"] / r["tokens_per_s_with"] for r in results)
-    report = {"model": model, "max_tokens": args.max_tokens, "repeats": args.repeats, "prediction_draft_tokens": args.prediction_draft_tokens,
-              "cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
-              "load_average_after": [round(x, 2) for x in os.getloadavg()], "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-              "tasks": results,
-              "overall_speedup": round(total_without / total_with, 2), "all_identical": all(r["identical_text"] for r in results)}
+    report = {
+        "model": model,
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+        "prediction_draft_tokens": args.prediction_draft_tokens,
+        "cpus": os.cpu_count(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "tasks": results,
+        "overall_speedup": round(total_without / total_with, 2),
+        "all_identical": all(r["identical_text"] for r in results),
+    }
     print(yaml.safe_dump({k: v for k, v in report.items() if k != "tasks"}, sort_keys=False))
     for result in results:
         print(yaml.safe_dump({k: v for k, v in result.items() if k != "output"}, sort_keys=False))

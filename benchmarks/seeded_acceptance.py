@@ -53,12 +53,18 @@ class Tally:
         self.seconds += seconds
 
     def figures(self) -> dict:
-        return {"requests": self.requests, "tokens": self.tokens, "rounds": self.rounds, "drafted": self.drafted, "accepted": self.accepted,
-                "seconds": round(self.seconds, 3),
-                "accepted_per_round": self.accepted / self.rounds if self.rounds else 0.0,
-                "tokens_per_round": self.tokens / self.rounds if self.rounds else 0.0,
-                "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
-                "tokens_per_s": self.tokens / self.seconds if self.seconds else 0.0}
+        return {
+            "requests": self.requests,
+            "tokens": self.tokens,
+            "rounds": self.rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "seconds": round(self.seconds, 3),
+            "accepted_per_round": self.accepted / self.rounds if self.rounds else 0.0,
+            "tokens_per_round": self.tokens / self.rounds if self.rounds else 0.0,
+            "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
+            "tokens_per_s": self.tokens / self.seconds if self.seconds else 0.0,
+        }
 
 
 def pair_config(args):
@@ -76,11 +82,17 @@ def pair_config(args):
         tuning = default_pair_tuning(method)
     lookup, k = method != "gguf", args.k or (tuning.num_draft_tokens if tuning else 5)  # a gguf draft: as the default pair, no lookup
     gguf_threads = args.gguf_threads or (int(GGUF_TUNING.draft_flags[0].split("=")[1]) if method == "gguf" else None)
-    model = {"target_path": target, "draft_path": draft, "draft_method": method, "prompt_lookup": lookup,
-             **({"gguf_threads": gguf_threads} if method == "gguf" else {})}
+    model = {
+        "target_path": target,
+        "draft_path": draft,
+        "draft_method": method,
+        "prompt_lookup": lookup,
+        **({"gguf_threads": gguf_threads} if method == "gguf" else {}),
+    }
     config = load_config(None, {"model": model, "speculative": {"enabled": True, "draft_tokens": k, "adaptive_k": False}})
-    return config, f"target {target}, draft {draft} ({method}{', prompt lookup first' if lookup else ''}), K={k}" + \
-        (f", {gguf_threads} llama.cpp thread(s)" if method == "gguf" else "")
+    return config, f"target {target}, draft {draft} ({method}{', prompt lookup first' if lookup else ''}), K={k}" + (
+        f", {gguf_threads} llama.cpp thread(s)" if method == "gguf" else ""
+    )
 
 
 def main() -> None:
@@ -113,9 +125,16 @@ def main() -> None:
 
     def request(prompt_ids: list[int], temperature: float, seed: int, mode: str) -> GenerationRequest:
         acceptance = {"acceptance": mode} if mode != "off" else {}
-        return GenerationRequest(prompt_ids=prompt_ids, max_tokens=args.max_tokens, sampling=SamplingParams(temperature=temperature),
-                                 seed=seed, num_draft_tokens=config.speculative.draft_tokens, draft_top_k=config.speculative.draft_top_k,
-                                 speculative=mode != "off", **acceptance)
+        return GenerationRequest(
+            prompt_ids=prompt_ids,
+            max_tokens=args.max_tokens,
+            sampling=SamplingParams(temperature=temperature),
+            seed=seed,
+            num_draft_tokens=config.speculative.draft_tokens,
+            draft_top_k=config.speculative.draft_top_k,
+            speculative=mode != "off",
+            **acceptance,
+        )
 
     for mode in modes:  # warm-up, not counted: first calls pay for lazy initialisation
         generator.generate(request(prompts[0], 1.0, 0, mode).model_copy(update={"max_tokens": 8}))
@@ -135,11 +154,15 @@ def main() -> None:
 
     figures = {f"T={temperature} {mode}": tally.figures() for (temperature, mode), tally in tallies.items()}
     load = {"min": min(loads), "mean": sum(loads) / len(loads), "max": max(loads), "cpus": os.cpu_count()}
-    print(f"# Rejection vs coupled acceptance, in-process\n\n{described}; {len(prompts)} chat prompts x {args.seeds} seed(s), "
-          f"max_tokens {args.max_tokens}, torch threads {torch.get_num_threads()}; {time.time() - started:.0f} s; "
-          f"1-minute load average min {load['min']:.2f} / mean {load['mean']:.2f} / max {load['max']:.2f} on {load['cpus']} CPUs\n")
-    print("| T | acceptance | requests | tokens | rounds | accepted tokens / round | tokens / round | acceptance rate | tokens/s "
-          "| tokens/s vs rejection |")
+    print(
+        f"# Rejection vs coupled acceptance, in-process\n\n{described}; {len(prompts)} chat prompts x {args.seeds} seed(s), "
+        f"max_tokens {args.max_tokens}, torch threads {torch.get_num_threads()}; {time.time() - started:.0f} s; "
+        f"1-minute load average min {load['min']:.2f} / mean {load['mean']:.2f} / max {load['max']:.2f} on {load['cpus']} CPUs\n"
+    )
+    print(
+        "| T | acceptance | requests | tokens | rounds | accepted tokens / round | tokens / round | acceptance rate | tokens/s "
+        "| tokens/s vs rejection |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for temperature in TEMPERATURES:
         base = tallies[(temperature, "rejection")].figures()["tokens_per_s"]
@@ -147,10 +170,13 @@ def main() -> None:
             f = tallies[(temperature, mode)].figures()
             relative = f"{f['tokens_per_s'] / base:.2f}x" if base else "-"
             label = "target only" if mode == "off" else mode
-            per_round = (f"{f['accepted_per_round']:.2f} | {f['tokens_per_round']:.2f} | {f['acceptance_rate']:.3f}" if f["rounds"]
-                         else "- | - | -")
-            print(f"| {temperature} | {label} | {f['requests']} | {f['tokens']} | {f['rounds']} | {per_round} | "
-                  f"{f['tokens_per_s']:.1f} | {relative} |")
+            per_round = (
+                f"{f['accepted_per_round']:.2f} | {f['tokens_per_round']:.2f} | {f['acceptance_rate']:.3f}" if f["rounds"] else "- | - | -"
+            )
+            print(
+                f"| {temperature} | {label} | {f['requests']} | {f['tokens']} | {f['rounds']} | {per_round} | "
+                f"{f['tokens_per_s']:.1f} | {relative} |"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps({"pair": described, "args": vars(args), "load_average": load, "figures": figures}, indent=1))
 

@@ -16,7 +16,9 @@ def spawn_service(*args: str) -> subprocess.Popen:
     OpenMP workers spinning after a pass would otherwise steal the other service's core.
     """
     env = {**os.environ, "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return spawn(["serve", *args, "--host", "127.0.0.1", "--cpu-threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return spawn(
+        ["serve", *args, "--host", "127.0.0.1", "--cpu-threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
 
 
 def wait_serving(endpoint: str, process: subprocess.Popen | None = None, timeout: float = 600.0) -> None:

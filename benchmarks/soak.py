@@ -79,8 +79,14 @@ async def _one_stream(client: httpx.AsyncClient, body: dict, tally: dict) -> Non
 async def _client(url: str, deadline: float, rng: random.Random, tally: dict) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
         while time.monotonic() < deadline:
-            body = {"model": "target", "messages": [{"role": "user", "content": rng.choice(PROMPTS)}], "stream": True,
-                    "max_tokens": rng.choice(LENGTHS), "temperature": rng.choice([0, 0.8]), "seed": rng.randrange(2**31)}
+            body = {
+                "model": "target",
+                "messages": [{"role": "user", "content": rng.choice(PROMPTS)}],
+                "stream": True,
+                "max_tokens": rng.choice(LENGTHS),
+                "temperature": rng.choice([0, 0.8]),
+                "seed": rng.randrange(2**31),
+            }
             await _one_stream(client, body, tally)
 
 
@@ -106,8 +112,6 @@ def _hostile_clients(services: Services, deadline: float, tally: collections.Cou
         asyncio.create_task(slow_readers(port, deadline, tally, choices=2)),
         asyncio.create_task(idle_verify_streams(services.verify_address, deadline, tally)),
     ]
-
-
 
 
 def _warm_up(url: str) -> None:
@@ -136,12 +140,19 @@ def _report(args, tally: dict, before: dict, peak: dict, after: dict, sessions_a
     problems += [f"{name} RSS grew {mib} MiB" for name, mib in growth.items() if mib > args.rss_slack_mib]
     problems += [f"hostile client got {failure}" for failure in hostile_failures(tally["hostile"])]
     return {
-        "clients": args.clients, "duration_s": args.duration, "completed": tally["completed"], "failed": tally["failed"],
-        "rejected_429": tally["rejected_429"], "errors": sorted(set(tally["errors"]))[:20],
-        "ttft": percentiles(tally["ttft"]), "itl": percentiles(tally["itl"]),
+        "clients": args.clients,
+        "duration_s": args.duration,
+        "completed": tally["completed"],
+        "failed": tally["failed"],
+        "rejected_429": tally["rejected_429"],
+        "errors": sorted(set(tally["errors"]))[:20],
+        "ttft": percentiles(tally["ttft"]),
+        "itl": percentiles(tally["itl"]),
         "rss_mib": {"before": before, "peak": peak, "after": after, "growth": growth},
         "hostile": {outcome: round(count, 2) for outcome, count in sorted(tally["hostile"].items())},
-        "sessions_after": sessions_after, "problems": problems, "ok": not problems and tally["completed"] > 0,
+        "sessions_after": sessions_after,
+        "problems": problems,
+        "ok": not problems and tally["completed"] > 0,
     }
 
 
@@ -155,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queue", type=int, default=2, help="the gateway's max_queue (beyond it: 429)")
     parser.add_argument("--rss-slack-mib", type=float, default=64.0, help="allowed RSS growth per service")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--hostile", action="store_true", help="mix in hostile clients: maximum-size prompts, a slow reader, idle Verify streams")
+    parser.add_argument(
+        "--hostile", action="store_true", help="mix in hostile clients: maximum-size prompts, a slow reader, idle Verify streams"
+    )
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
     return report(run(args), args.json)

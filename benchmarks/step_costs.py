@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import torch
-
 from pair_args import pair_parser
+
 from specdec.default_models import pair_or_default
 from specdec.kv_cache import CachedSequence
 from specdec.models import load_model
@@ -75,9 +75,17 @@ def compare_with_bench(results: dict, target_ms: dict[int, float], draft_ms: flo
     accepted_length = level["mean_accepted_length"]
     ceiling = accepted_length * target_ms[1] / (k * draft_ms + target_ms[k + 1])
     measured = level["speedup"]
-    print(f"K={k}, mean accepted length {accepted_length:.2f}: ceiling {ceiling:.2f}x = {accepted_length:.2f} * {target_ms[1]:.1f} ms "
-          f"/ ({k} * {draft_ms:.2f} ms + {target_ms[k + 1]:.1f} ms); measured {measured:.2f}x = {measured / ceiling:.0%} of the ceiling")
-    return {"k": k, "mean_accepted_length": accepted_length, "ceiling": ceiling, "measured": measured, "share_of_ceiling": measured / ceiling}
+    print(
+        f"K={k}, mean accepted length {accepted_length:.2f}: ceiling {ceiling:.2f}x = {accepted_length:.2f} * {target_ms[1]:.1f} ms "
+        f"/ ({k} * {draft_ms:.2f} ms + {target_ms[k + 1]:.1f} ms); measured {measured:.2f}x = {measured / ceiling:.0%} of the ceiling"
+    )
+    return {
+        "k": k,
+        "mean_accepted_length": accepted_length,
+        "ceiling": ceiling,
+        "measured": measured,
+        "share_of_ceiling": measured / ceiling,
+    }
 
 
 if __name__ == "__main__":

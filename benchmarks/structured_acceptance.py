@@ -29,14 +29,32 @@ from specdec.prompts import encode_chat
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "city", "age", "hobbies"],
-          "properties": {"name": {"type": "string"}, "city": {"type": "string"}, "age": {"type": "integer"},
-                         "hobbies": {"type": "array", "items": {"type": "string"}, "maxItems": 4}}}
-SUBJECTS = ["a retired sailor", "a young painter", "a chess champion", "a baker from Lyon", "an astronaut", "a beekeeper",
-            "a jazz drummer", "a marine biologist"]
-SETTINGS = {"greedy": {"sampling": SamplingParams(temperature=0)},
-            "coupled T=0.7": {"sampling": SamplingParams(temperature=0.7), "acceptance": "coupled", "seed": 1},
-            "rejection T=0.7": {"sampling": SamplingParams(temperature=0.7), "acceptance": "rejection", "seed": 1}}
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "city", "age", "hobbies"],
+    "properties": {
+        "name": {"type": "string"},
+        "city": {"type": "string"},
+        "age": {"type": "integer"},
+        "hobbies": {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+    },
+}
+SUBJECTS = [
+    "a retired sailor",
+    "a young painter",
+    "a chess champion",
+    "a baker from Lyon",
+    "an astronaut",
+    "a beekeeper",
+    "a jazz drummer",
+    "a marine biologist",
+]
+SETTINGS = {
+    "greedy": {"sampling": SamplingParams(temperature=0)},
+    "coupled T=0.7": {"sampling": SamplingParams(temperature=0.7), "acceptance": "coupled", "seed": 1},
+    "rejection T=0.7": {"sampling": SamplingParams(temperature=0.7), "acceptance": "rejection", "seed": 1},
+}
 
 
 class UnmaskedDrafter:
@@ -56,15 +74,21 @@ def run(generator: SpeculativeGenerator, prompts: list[list[int]], grammar: str,
     drafted = accepted = rounds = tokens = 0
     texts, started = [], time.perf_counter()
     for prompt_ids in prompts:
-        result = generator.generate(GenerationRequest(prompt_ids=prompt_ids, grammar=grammar, max_tokens=max_tokens, num_draft_tokens=5,
-                                                      **setting))
+        result = generator.generate(
+            GenerationRequest(prompt_ids=prompt_ids, grammar=grammar, max_tokens=max_tokens, num_draft_tokens=5, **setting)
+        )
         json.loads(result.text) if result.finish_reason == "stop" else None  # a stopped output must parse
         texts.append(result.text)
         drafted, accepted = drafted + result.stats.draft_tokens, accepted + result.stats.accepted_tokens
         rounds, tokens = rounds + result.stats.rounds, tokens + len(result.token_ids)
     seconds = time.perf_counter() - started
-    return {"acceptance": round(accepted / max(drafted, 1), 3), "tokens_per_round": round(tokens / max(rounds, 1), 2),
-            "tokens_per_s": round(tokens / seconds, 1), "tokens": tokens, "texts": texts}
+    return {
+        "acceptance": round(accepted / max(drafted, 1), 3),
+        "tokens_per_round": round(tokens / max(rounds, 1), 2),
+        "tokens_per_s": round(tokens / seconds, 1),
+        "tokens": tokens,
+        "texts": texts,
+    }
 
 
 def main() -> None:
@@ -77,12 +101,19 @@ def main() -> None:
     target = load_model(str(ensure_default_target(root)), device="cpu", dtype="float32")
     draft = load_gguf(default_draft_gguf(root), GgufOptions(threads=args.threads, context_tokens=4096, max_sequences=2, device="cpu"))
     grammar = json_schema_grammar(SCHEMA, "schema")
-    prompts = [encode_chat(target.tokenizer, [{"role": "user", "content": f"Describe {subject} as a JSON object with name, city, age and hobbies."}])
-               for subject in SUBJECTS[: args.prompts]]
+    prompts = [
+        encode_chat(
+            target.tokenizer, [{"role": "user", "content": f"Describe {subject} as a JSON object with name, city, age and hobbies."}]
+        )
+        for subject in SUBJECTS[: args.prompts]
+    ]
     drafters = {"masked": GgufDrafter(draft), "unmasked": UnmaskedDrafter(GgufDrafter(draft))}
     try:
         for label, setting in SETTINGS.items():
-            results = {mode: run(SpeculativeGenerator(target, drafter), prompts, grammar, args.max_tokens, setting) for mode, drafter in drafters.items()}
+            results = {
+                mode: run(SpeculativeGenerator(target, drafter), prompts, grammar, args.max_tokens, setting)
+                for mode, drafter in drafters.items()
+            }
             same = results["masked"].pop("texts") == results["unmasked"].pop("texts")
             print(json.dumps({"setting": label, **{mode: result for mode, result in results.items()}, "identical_text": same}))
     finally:

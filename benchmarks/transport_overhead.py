@@ -23,8 +23,11 @@ from specdec.cli.tiny_pair import make_tiny_pair
 
 def _summary(values: list[float]) -> dict:
     ordered = sorted(values)
-    return {"median": round(statistics.median(ordered), 3), "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 3),
-            "mean": round(statistics.fmean(ordered), 3)}
+    return {
+        "median": round(statistics.median(ordered), 3),
+        "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 3),
+        "mean": round(statistics.fmean(ordered), 3),
+    }
 
 
 def main() -> None:
@@ -36,8 +39,20 @@ def main() -> None:
     args = parser.parse_args()
     pair = make_tiny_pair(tempfile.mkdtemp())
     draft_port, verify_port = free_port(), free_port()
-    processes = [spawn_service("draft", "--draft", str(pair.draft), "--port", str(draft_port), "--metrics-port", "0"),
-                 spawn_service("verify", "--target", str(pair.target), "--port", str(verify_port), "--metrics-port", "0", "--draft-endpoint", f"127.0.0.1:{draft_port}")]
+    processes = [
+        spawn_service("draft", "--draft", str(pair.draft), "--port", str(draft_port), "--metrics-port", "0"),
+        spawn_service(
+            "verify",
+            "--target",
+            str(pair.target),
+            "--port",
+            str(verify_port),
+            "--metrics-port",
+            "0",
+            "--draft-endpoint",
+            f"127.0.0.1:{draft_port}",
+        ),
+    ]
     try:
         wait_serving(f"127.0.0.1:{draft_port}")
         wait_serving(f"127.0.0.1:{verify_port}")
@@ -45,11 +60,17 @@ def main() -> None:
         with VerifyClient(f"127.0.0.1:{verify_port}") as client:
             client.generate("warm up", max_tokens=8, temperature=0)
             for index in range(args.requests):
-                completion = client.generate(f"Request {index}: the quick brown fox", max_tokens=args.max_tokens, temperature=0,
-                                             ignore_eos=True, num_draft_tokens=args.k)
+                completion = client.generate(
+                    f"Request {index}: the quick brown fox",
+                    max_tokens=args.max_tokens,
+                    temperature=0,
+                    ignore_eos=True,
+                    num_draft_tokens=args.k,
+                )
                 rounds.extend(r for r in completion.rounds if r.num_candidates > 0)
         report = {
-            "rounds": len(rounds), "k": args.k,
+            "rounds": len(rounds),
+            "k": args.k,
             "transport_ms": _summary([r.transport_ms for r in rounds]),
             "draft_ms": _summary([r.draft_ms for r in rounds]),
             "target_ms": _summary([r.target_ms for r in rounds]),

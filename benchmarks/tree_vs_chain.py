@@ -17,6 +17,7 @@ import json
 import time
 
 from pair_args import pair_parser
+
 from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
@@ -43,16 +44,22 @@ def main() -> None:
     args = _parse()
     target, draft = (load_model(path) for path in pair_or_default(args.target, args.draft))
     questions = [json.loads(line) for line in DEFAULT_PROMPTS.read_text().splitlines()][::37][: args.prompts]
-    modes = {"target_only": {"speculative": False}, "chain": {},
-             "tree": {"tree_branching": args.branching, "tree_nodes": args.nodes}}
+    modes = {"target_only": {"speculative": False}, "chain": {}, "tree": {"tree_branching": args.branching, "tree_nodes": args.nodes}}
     totals = {mode: {"tokens": 0, "seconds": 0.0, "rounds": 0, "accepted": 0, "drafted": 0} for mode in modes}
     outputs: dict[str, list[list[int]]] = {mode: [] for mode in modes}
     sampling = SamplingParams(temperature=args.temperature)
     for index, question in enumerate(questions):
         prompt_ids = encode_chat(target.tokenizer, [{"role": "user", "content": question["turns"][0]}])
         for mode, fields in modes.items():
-            request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=args.max_tokens, sampling=sampling, seed=index,
-                                        acceptance="coupled", num_draft_tokens=args.k, **fields)
+            request = GenerationRequest(
+                prompt_ids=prompt_ids,
+                max_tokens=args.max_tokens,
+                sampling=sampling,
+                seed=index,
+                acceptance="coupled",
+                num_draft_tokens=args.k,
+                **fields,
+            )
             started = time.perf_counter()
             result = SpeculativeGenerator(target, ModelDrafter(draft.model)).generate(request)
             total = totals[mode]
@@ -62,21 +69,31 @@ def main() -> None:
             total["accepted"] += result.stats.accepted_tokens
             total["drafted"] += result.stats.draft_tokens
             outputs[mode].append(result.token_ids)
-    report = {mode: {"tokens_per_s": round(t["tokens"] / t["seconds"], 2),
-                     "mean_accepted_length": round(t["accepted"] / t["rounds"], 3) if t["rounds"] else 0.0,
-                     "draft_tokens_per_round": round(t["drafted"] / t["rounds"], 2) if t["rounds"] else 0.0}
-              for mode, t in totals.items()}
-    report["tree_over_chain_accepted"] = round(report["tree"]["mean_accepted_length"] / max(report["chain"]["mean_accepted_length"], 1e-9), 3)
+    report = {
+        mode: {
+            "tokens_per_s": round(t["tokens"] / t["seconds"], 2),
+            "mean_accepted_length": round(t["accepted"] / t["rounds"], 3) if t["rounds"] else 0.0,
+            "draft_tokens_per_round": round(t["drafted"] / t["rounds"], 2) if t["rounds"] else 0.0,
+        }
+        for mode, t in totals.items()
+    }
+    report["tree_over_chain_accepted"] = round(
+        report["tree"]["mean_accepted_length"] / max(report["chain"]["mean_accepted_length"], 1e-9), 3
+    )
     report["tree_over_chain_speed"] = round(report["tree"]["tokens_per_s"] / report["chain"]["tokens_per_s"], 3)
     report["outputs_identical"] = outputs["chain"] == outputs["tree"] == outputs["target_only"]
     if args.json:
         print(json.dumps(report))
         return
     for mode in modes:
-        print(f"{mode:12s} {report[mode]['tokens_per_s']:8.1f} tok/s  mean accepted {report[mode]['mean_accepted_length']:.3f}"
-              f"  drafted/round {report[mode]['draft_tokens_per_round']:.1f}")
-    print(f"K={args.k} b={args.branching} nodes={args.nodes}: tree/chain accepted length {report['tree_over_chain_accepted']:.2f}x, "
-          f"speed {report['tree_over_chain_speed']:.2f}x, outputs identical: {report['outputs_identical']}")
+        print(
+            f"{mode:12s} {report[mode]['tokens_per_s']:8.1f} tok/s  mean accepted {report[mode]['mean_accepted_length']:.3f}"
+            f"  drafted/round {report[mode]['draft_tokens_per_round']:.1f}"
+        )
+    print(
+        f"K={args.k} b={args.branching} nodes={args.nodes}: tree/chain accepted length {report['tree_over_chain_accepted']:.2f}x, "
+        f"speed {report['tree_over_chain_speed']:.2f}x, outputs identical: {report['outputs_identical']}"
+    )
 
 
 if __name__ == "__main__":

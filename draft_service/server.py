@@ -8,9 +8,9 @@ import time
 
 from draft_service.servicer import DraftServicer, LoadedDrafter
 from specdec.batching.service import service_batching
-from specdec.serving.config import SpecdecConfig
 from specdec.engine import load_draft_side
 from specdec.memory_plan import ensure_fits
+from specdec.serving.config import SpecdecConfig
 from specdec.serving.metrics import DraftMetrics
 from specdec.serving.rpc.server import create_server as create_grpc_server
 from specdec.serving.rpc.server import run_until_signalled, set_serving
@@ -28,10 +28,16 @@ class DraftServer:
         self.config = config
         self.service_names = SERVICE_NAMES
         metrics = DraftMetrics()
-        self.servicer = DraftServicer(settings.max_sessions, metrics, overlap=settings.overlap,
-                                      batching=service_batching(config, "draft", metrics.registry), open_timeout_s=settings.stream_idle_timeout_s)
-        self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls,
-                                                                 owner="draft service")
+        self.servicer = DraftServicer(
+            settings.max_sessions,
+            metrics,
+            overlap=settings.overlap,
+            batching=service_batching(config, "draft", metrics.registry),
+            open_timeout_s=settings.stream_idle_timeout_s,
+        )
+        self.server, self.port, self.health = create_grpc_server(
+            address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls, owner="draft service"
+        )
         draft_pb2_grpc.add_DraftServiceServicer_to_server(self.servicer, self.server)
 
     async def start(self, loaded: LoadedDrafter | None = None) -> None:
@@ -74,4 +80,3 @@ async def serve(config: SpecdecConfig) -> None:
     if settings.metrics_port:
         log.info("draft service metrics on %s:%d/metrics", settings.host, settings.metrics_port)
     await run_until_signalled(server, config.draft_service.grace_seconds, "draft service")
-

@@ -11,19 +11,19 @@ from dataclasses import dataclass
 import grpc
 from opentelemetry import trace
 
+from specdec.acceptance_modes import TREE_REFUSAL, rule
 from specdec.batching import BatchingOptions
 from specdec.constraints.grammars import check_grammar_size
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
-from specdec.acceptance_modes import TREE_REFUSAL, rule
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
+from specdec.models import LoadedModel
 from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import DraftMetrics
 from specdec.serving.pacing import KeyedRefusalPacing
-from specdec.models import LoadedModel
 from specdec.serving.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
 from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.serving.rpc.streams import StreamGate
@@ -50,8 +50,14 @@ class LoadedDrafter:
 
 
 class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
-    def __init__(self, max_sessions: int, metrics: DraftMetrics | None = None, overlap: bool = True,
-                 batching: BatchingOptions | None = None, open_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        max_sessions: int,
+        metrics: DraftMetrics | None = None,
+        overlap: bool = True,
+        batching: BatchingOptions | None = None,
+        open_timeout_s: float = 30.0,
+    ) -> None:
         self.loaded: LoadedDrafter | None = None  # set once the model is loaded
         self.batching = batching  # how sessions share passes; None: one at a time
         self.overlap = overlap  # draft each next block while the verifier checks this one (drafters/overlap.py)
@@ -109,7 +115,9 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             return SequenceCheck(claimed_vocab_size, MODEL_FREE_MAX_TOKENS)
         return SequenceCheck(min(claimed_vocab_size, model.vocab_size), model.max_context)
 
-    async def _open(self, message: draft_pb2.ProposeRequest, sequence: SequenceCheck, context: grpc.aio.ServicerContext) -> OverlappedDraftSession:
+    async def _open(
+        self, message: draft_pb2.ProposeRequest, sequence: SequenceCheck, context: grpc.aio.ServicerContext
+    ) -> OverlappedDraftSession:
         if message.WhichOneof("message") != "open":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the first Propose message must be `open`")
         try:
@@ -135,7 +143,9 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if theirs and ours and theirs != ours:
             raise SpecdecError("open.vocab_fingerprint: the draft's vocabulary differs from the target's; refusing to draft")
         if not 0 < opening.vocab_size <= MAX_VOCAB_SIZE:
-            raise InvalidRequestError("open.vocab_size", f"must be the width of the target's logits (1 to {MAX_VOCAB_SIZE}), got {opening.vocab_size}")
+            raise InvalidRequestError(
+                "open.vocab_size", f"must be the width of the target's logits (1 to {MAX_VOCAB_SIZE}), got {opening.vocab_size}"
+            )
         if not opening.prompt_ids:
             raise InvalidRequestError("open.prompt_ids", "must hold at least one token")
         sequence.extend(opening.prompt_ids, "open.prompt_ids")
@@ -172,8 +182,9 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         # propose), so a stream that ends first leaves nothing unretrieved behind.
         return asyncio.get_running_loop().run_in_executor(self.executor, session.draft_ahead)
 
-    async def _block(self, session: OverlappedDraftSession, num_tokens: int, ahead: asyncio.Future | None,
-                     context: grpc.aio.ServicerContext) -> draft_pb2.ProposeResponse:
+    async def _block(
+        self, session: OverlappedDraftSession, num_tokens: int, ahead: asyncio.Future | None, context: grpc.aio.ServicerContext
+    ) -> draft_pb2.ProposeResponse:
         with tracer.start_as_current_span("draft.propose", attributes={"specdec.k": num_tokens}) as span:
             try:
                 if ahead is not None:
@@ -182,8 +193,9 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             except Exception as error:  # noqa: BLE001
                 await abort_for(context, error)
             report = session.report
-            span.set_attributes({"specdec.drafted": len(block), "specdec.draft_ms": block.compute_ms,
-                                 "specdec.predrafted": report.predrafted > 0})
+            span.set_attributes(
+                {"specdec.drafted": len(block), "specdec.draft_ms": block.compute_ms, "specdec.predrafted": report.predrafted > 0}
+            )
         if report.outcome is not None:
             self.metrics.predrafted_blocks.labels(report.outcome).inc()
             self.metrics.predraft_saved.inc(report.saved_ms / 1000)
@@ -191,8 +203,9 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         self.metrics.proposed_tokens.inc(len(block))
         return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
 
-    async def _apply_feedback(self, session: OverlappedDraftSession, message: draft_pb2.ProposeRequest, sequence: SequenceCheck,
-                              context: grpc.aio.ServicerContext) -> int:
+    async def _apply_feedback(
+        self, session: OverlappedDraftSession, message: draft_pb2.ProposeRequest, sequence: SequenceCheck, context: grpc.aio.ServicerContext
+    ) -> int:
         if message.WhichOneof("message") != "feedback":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "after `open`, every Propose message must be `feedback`")
         feedback = message.feedback
@@ -249,5 +262,7 @@ class SequenceCheck:
     def extend(self, token_ids, field: str, num_accepted: int = 0) -> None:
         self.length += num_accepted + len(token_ids)
         if self.length > self.max_context:
-            raise InvalidRequestError(field, f"the sequence would have {self.length} tokens, past the draft model's context of {self.max_context}")
+            raise InvalidRequestError(
+                field, f"the sequence would have {self.length} tokens, past the draft model's context of {self.max_context}"
+            )
         check_token_ids(token_ids, self.vocab_size, field)

@@ -13,8 +13,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gateway.body_limit import BodySizeLimit
 from gateway.errors import install_error_handlers
 from gateway.playground import install_playground
-from gateway.refusal_pacing import ClientRefusalPacing
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelList
+from gateway.refusal_pacing import ClientRefusalPacing
 from gateway.security_headers import SecurityHeaders
 from gateway.service import Gateway
 from specdec.serving.config import SpecdecConfig
@@ -32,11 +32,16 @@ def create_app(config: SpecdecConfig | None = None) -> FastAPI:
         await gateway.close()
 
     # No /docs or /redoc: FastAPI's pages load unpinned scripts from a CDN. /openapi.json stays.
-    app = FastAPI(title="specdec", description="OpenAI-compatible speculative-decoding gateway", lifespan=lifespan,
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="specdec", description="OpenAI-compatible speculative-decoding gateway", lifespan=lifespan, docs_url=None, redoc_url=None
+    )
     app.state.gateway = gateway
-    app.add_middleware(BodySizeLimit, max_bytes=config.serving.max_body_bytes, useful_bytes=gateway.useful_body_bytes,
-                       refusals_per_second=config.serving.body_refusals_per_s)
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=config.serving.max_body_bytes,
+        useful_bytes=gateway.useful_body_bytes,
+        refusals_per_second=config.serving.body_refusals_per_s,
+    )
     install_error_handlers(app)
     app.include_router(_api_routes(gateway))
     app.include_router(_operational_routes(gateway))

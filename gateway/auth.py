@@ -60,15 +60,25 @@ class ApiKeys:
         """The caller's key, or 401. Every key is compared in constant time; none short-circuits."""
         scheme, _, presented = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not presented.strip():
-            raise OpenAIError(401, "missing API key: send 'Authorization: Bearer <key>'", "authentication_error", code="invalid_api_key",
-                              headers={"WWW-Authenticate": CHALLENGE})
+            raise OpenAIError(
+                401,
+                "missing API key: send 'Authorization: Bearer <key>'",
+                "authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": CHALLENGE},
+            )
         presented = presented.strip().encode()
         matched = False
         for key in self.current():
             matched |= hmac.compare_digest(presented, key.encode())
         if not matched:
-            raise OpenAIError(401, "invalid API key", "authentication_error", code="invalid_api_key",
-                              headers={"WWW-Authenticate": f'{CHALLENGE}, error="invalid_token"'})
+            raise OpenAIError(
+                401,
+                "invalid API key",
+                "authentication_error",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": f'{CHALLENGE}, error="invalid_token"'},
+            )
         return presented.decode()
 
 
@@ -105,8 +115,7 @@ class AuditKeyIds:
         if not secret and secret_file:
             secret = Path(secret_file).read_bytes().strip()
         if not secret:
-            log.info("no audit secret configured (SPECDEC_AUDIT_SECRET or serving.audit_secret_file): "
-                     "audit key ids are random per process")
+            log.info("no audit secret configured (SPECDEC_AUDIT_SECRET or serving.audit_secret_file): audit key ids are random per process")
             secret = secrets.token_bytes(32)
         return cls(secret)
 

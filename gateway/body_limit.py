@@ -37,8 +37,9 @@ class BodySizeLimit:
     declared larger is refused from its headers: reading and parsing megabytes of JSON that can only
     be refused would cost the event loop that serves every other request."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, useful_bytes: Callable[[], int | None] = lambda: None,
-                 refusals_per_second: float = 4.0) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, useful_bytes: Callable[[], int | None] = lambda: None, refusals_per_second: float = 4.0
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.useful_bytes = useful_bytes
@@ -55,8 +56,10 @@ class BodySizeLimit:
                 return
             useful = self.useful_bytes()
             if useful is not None and int(declared) > useful:
-                message = (f"the request body ({int(declared)} bytes) is larger than any request whose prompt fits the model's "
-                           f"context can be ({useful} bytes); shorten the prompt")
+                message = (
+                    f"the request body ({int(declared)} bytes) is larger than any request whose prompt fits the model's "
+                    f"context can be ({useful} bytes); shorten the prompt"
+                )
                 await self._refuse(scope, receive, send, message)
                 return
         received = 0
@@ -76,6 +79,10 @@ class BodySizeLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, message: str | None = None) -> None:
         in_turn = await self.pacer.turn()
-        error = OpenAIError(413, message or f"the request body is larger than {self.max_bytes} bytes", code="request_too_large",
-                            headers={} if in_turn else {"Connection": "close"})
+        error = OpenAIError(
+            413,
+            message or f"the request body is larger than {self.max_bytes} bytes",
+            code="request_too_large",
+            headers={} if in_turn else {"Connection": "close"},
+        )
         await error.response()(scope, receive, send)

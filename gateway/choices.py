@@ -96,8 +96,11 @@ class Completion:
     def choice_body(self, choice: Choice) -> dict:
         body = {"index": choice.index, "finish_reason": choice.finish_reason, "logprobs": self.logprobs(choice.logprobs)}
         if self.chat and choice.tool_calls:
-            body["message"] = {"role": "assistant", "content": choice.content or None,
-                               "tool_calls": [call.message_entry() for call in choice.tool_calls]}
+            body["message"] = {
+                "role": "assistant",
+                "content": choice.content or None,
+                "tool_calls": [call.message_entry() for call in choice.tool_calls],
+            }
         elif self.chat:
             body["message"] = {"role": "assistant", "content": choice.content}
         else:
@@ -120,14 +123,20 @@ class Completion:
         }
 
     def response(self, choices: list[Choice]) -> dict:
-        return {**self.envelope(chunk=False), "choices": [self.choice_body(c) for c in choices],
-                "usage": usage(choices).model_dump(), "speculative": speculative(self.request, choices).model_dump()}
+        return {
+            **self.envelope(chunk=False),
+            "choices": [self.choice_body(c) for c in choices],
+            "usage": usage(choices).model_dump(),
+            "speculative": speculative(self.request, choices).model_dump(),
+        }
 
 
 def round_provenance(response: verify_pb2.GenerateResponse, round_number: int) -> dict:
     """The provenance extension for one round's message: its tokens' sources and what the round verified."""
-    return {"tokens": [{"text": token.text, "source": _SOURCE_NAMES[token.source], "round": round_number} for token in response.tokens],
-            "rounds": [{"round": round_number, "drafted": response.round.num_candidates, "accepted": response.round.num_accepted}]}
+    return {
+        "tokens": [{"text": token.text, "source": _SOURCE_NAMES[token.source], "round": round_number} for token in response.tokens],
+        "rounds": [{"round": round_number, "drafted": response.round.num_candidates, "accepted": response.round.num_accepted}],
+    }
 
 
 def _chat_logprob(entry: verify_pb2.TokenLogprob) -> dict:
@@ -148,8 +157,10 @@ def _offsets(entries: list[verify_pb2.TokenLogprob]) -> list[int]:
 def usage(choices: list[Choice]) -> Usage:
     prompt = next((c.usage.prompt_tokens for c in choices if c.usage), 0)
     completion = sum(c.usage.completion_tokens for c in choices if c.usage)
-    details = CompletionTokensDetails(accepted_prediction_tokens=sum(c.usage.accepted_prediction_tokens for c in choices if c.usage),
-                                      rejected_prediction_tokens=sum(c.usage.rejected_prediction_tokens for c in choices if c.usage))
+    details = CompletionTokensDetails(
+        accepted_prediction_tokens=sum(c.usage.accepted_prediction_tokens for c in choices if c.usage),
+        rejected_prediction_tokens=sum(c.usage.rejected_prediction_tokens for c in choices if c.usage),
+    )
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion, completion_tokens_details=details)
 
 
@@ -158,8 +169,12 @@ def speculative(request: OpenAIRequest, choices: list[Choice]) -> SpeculativeSta
     draft = sum(s.draft_tokens for s in summaries)
     accepted = sum(s.accepted_tokens for s in summaries)
     return SpeculativeStats(
-        enabled=any(s.enabled for s in summaries), rounds=sum(s.rounds for s in summaries), draft_tokens=draft,
-        accepted_tokens=accepted, acceptance_rate=round(accepted / draft, 6) if draft else 0.0, fallback=any(s.fallback for s in summaries),
+        enabled=any(s.enabled for s in summaries),
+        rounds=sum(s.rounds for s in summaries),
+        draft_tokens=draft,
+        accepted_tokens=accepted,
+        acceptance_rate=round(accepted / draft, 6) if draft else 0.0,
+        fallback=any(s.fallback for s in summaries),
     )
 
 

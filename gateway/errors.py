@@ -19,8 +19,15 @@ log = logging.getLogger(__name__)
 class OpenAIError(Exception):
     """An error answered as {"error": {"message", "type", "param", "code"}} with `status`."""
 
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
         self.headers = headers or {}
@@ -37,8 +44,9 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
 
 
 def overloaded(message: str, retry_after_s: float) -> OpenAIError:
-    return OpenAIError(429, message, "rate_limit_error", code="rate_limit_exceeded",
-                       headers={"Retry-After": str(max(1, round(retry_after_s)))})
+    return OpenAIError(
+        429, message, "rate_limit_error", code="rate_limit_exceeded", headers={"Retry-After": str(max(1, round(retry_after_s)))}
+    )
 
 
 def unavailable(message: str) -> OpenAIError:

@@ -53,8 +53,9 @@ class CheckWorkers:
 
     def _new_executor(self) -> ProcessPoolExecutor:
         # NOTE: spawned, never forked: the gateway's gRPC channels and threads do not survive a fork.
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_setup,
-                                   initargs=(os.getpid(),))
+        return ProcessPoolExecutor(
+            self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_setup, initargs=(os.getpid(),)
+        )
 
     async def run(self, function: Callable[..., Result], *args) -> Result:
         """`function(*args)` in a worker process; its exceptions reach the caller."""

@@ -12,9 +12,26 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from gateway.tool_protocol import FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
 from specdec.errors import InvalidRequestError
-from specdec.limits import (CHAT_ROLES, INT32_MAX, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, FrequencyPenalty, MaxTokens, MinP,
-                            MinTokens, NumDraftTokens, PresencePenalty, RepetitionPenalty, Seed, Temperature, TokenId, TopK, TopLogprobs,
-                            TopP)
+from specdec.limits import (
+    CHAT_ROLES,
+    INT32_MAX,
+    MAX_STOP_CHARS,
+    MAX_STOP_SEQUENCES,
+    MAX_TOOLS,
+    FrequencyPenalty,
+    MaxTokens,
+    MinP,
+    MinTokens,
+    NumDraftTokens,
+    PresencePenalty,
+    RepetitionPenalty,
+    Seed,
+    Temperature,
+    TokenId,
+    TopK,
+    TopLogprobs,
+    TopP,
+)
 
 
 def _encodable(value):
@@ -70,7 +87,9 @@ class SpeculativeOptions(BaseModel):
     acceptance: Literal["rejection", "coupled"] | None = None
     # always: draft every round whatever the server's load-aware policy says (fallback still applies)
     policy: Literal["auto", "always"] | None = None
-    provenance: bool = Field(False, description="each choice says where its tokens came from (draft, lookup, prediction, target) and their round")
+    provenance: bool = Field(
+        False, description="each choice says where its tokens came from (draft, lookup, prediction, target) and their round"
+    )
 
 
 class StreamOptions(BaseModel):
@@ -196,8 +215,11 @@ class _SamplingRequest(_Request):
     logit_bias: dict[str, Annotated[float, Field(strict=True, allow_inf_nan=False)]] | None = None
     # vLLM's extensions (load tools such as guidellm and aiperf send them); both lossless under speculation.
     ignore_eos: bool = Field(False, description="extension (as vLLM): EOS does not end the output; max_tokens or a stop string does")
-    min_tokens: MinTokens = Field(0, description="extension (as vLLM): EOS is banned and stop strings are not looked for "
-                                                 "until this many tokens are generated; at most max_tokens")
+    min_tokens: MinTokens = Field(
+        0,
+        description="extension (as vLLM): EOS is banned and stop strings are not looked for "
+        "until this many tokens are generated; at most max_tokens",
+    )
     # Harmless no-ops, accepted and listed in the README: nothing is stored, nothing is billed.
     user: str | None = None
     store: bool | None = None
@@ -255,8 +277,9 @@ class ChatCompletionRequest(_SamplingRequest):
     verbosity: Any = None
     web_search_options: Any = None
 
-    _not_honoured = field_validator("functions", "function_call", "modalities", "audio",
-                                    "reasoning_effort", "verbosity", "web_search_options")(_only_no_op)
+    _not_honoured = field_validator(
+        "functions", "function_call", "modalities", "audio", "reasoning_effort", "verbosity", "web_search_options"
+    )(_only_no_op)
     _unique_tools = field_validator("tools")(check_tools)
 
     @field_validator("tool_choice")
@@ -272,8 +295,9 @@ class ChatCompletionRequest(_SamplingRequest):
             made.update(call.id for call in message.tool_calls or [])
             if message.role == "tool" and message.tool_call_id not in made:
                 # InvalidRequestError, not ValueError: pydantic would name the whole request, not the field
-                raise InvalidRequestError(f"messages.{index}.tool_call_id",
-                                          f"{message.tool_call_id!r} answers no tool call of an earlier assistant message")
+                raise InvalidRequestError(
+                    f"messages.{index}.tool_call_id", f"{message.tool_call_id!r} answers no tool call of an earlier assistant message"
+                )
         return self
 
     @property

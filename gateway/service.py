@@ -10,9 +10,9 @@ from pathlib import Path
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
-from gateway.body_limit import largest_useful_body
 from gateway.admission import Admission, RateLimiter
 from gateway.auth import ApiKeys, AuditKeyIds, ClientAllowList
+from gateway.body_limit import largest_useful_body
 from gateway.choices import Completion, open_streams, run_all
 from gateway.errors import OpenAIError, bad_request
 from gateway.offload import CheckWorkers
@@ -90,8 +90,13 @@ class Gateway:
     async def _check_request(self, request: ChatCompletionRequest | CompletionRequest) -> str:
         names = await self.model_names()
         if request.model not in names:
-            raise OpenAIError(404, f"model {request.model!r} does not exist; this server serves {names[0]!r}",
-                              "not_found_error", param="model", code="model_not_found")
+            raise OpenAIError(
+                404,
+                f"model {request.model!r} does not exist; this server serves {names[0]!r}",
+                "not_found_error",
+                param="model",
+                code="model_not_found",
+            )
         if request.n > self.settings.max_n:
             raise bad_request(f"n is {request.n} but at most {self.settings.max_n} choices are allowed", "n")
         limit, asked = self.settings.max_tokens_limit, request.requested_max_tokens
@@ -136,7 +141,9 @@ class Gateway:
             self.audit(http, status)
 
         events = stream_events(completion, opened, finish)
-        return ClosingStreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return ClosingStreamingResponse(
+            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
 
     def _account(self, identity: str, usage: dict, http: Request) -> None:
         self.rates.record_tokens(identity, usage["completion_tokens"])
@@ -145,9 +152,16 @@ class Gateway:
 
     def audit(self, http: Request, status: int) -> None:
         """One line per request: who (key id, never the key), from where, what, how much, outcome."""
-        fields = {"audit": True, "request_id": getattr(http.state, "request_id", None), "key_id": getattr(http.state, "key_id", "anonymous"),
-                  "client": http.client.host if http.client else None, "route": http.url.path, "status": status,
-                  "duration_ms": round((time.perf_counter() - http.state.started) * 1000, 2), **getattr(http.state, "audit", {})}
+        fields = {
+            "audit": True,
+            "request_id": getattr(http.state, "request_id", None),
+            "key_id": getattr(http.state, "key_id", "anonymous"),
+            "client": http.client.host if http.client else None,
+            "route": http.url.path,
+            "status": status,
+            "duration_ms": round((time.perf_counter() - http.state.started) * 1000, 2),
+            **getattr(http.state, "audit", {}),
+        }
         self.metrics.requests.labels(str(status)).inc()
         self.metrics.e2e_latency.observe(time.perf_counter() - http.state.started)
         audit_log.info("request", extra={"fields": fields})
@@ -175,15 +189,21 @@ def _check_prompt_length(request: ChatCompletionRequest | CompletionRequest, sta
     tools = len(tools_json(request)) if chat else 0  # rendered into the prompt: verify counts them in the same bound
     prediction = len(request.prediction.text()) if chat and request.prediction is not None else 0
     if prediction > status.max_prompt_chars:
-        raise bad_request(f"prediction: {prediction} characters cannot fit in the model's context of {status.max_context} tokens "
-                          f"(at most {status.max_prompt_chars})", "prediction")
+        raise bad_request(
+            f"prediction: {prediction} characters cannot fit in the model's context of {status.max_context} tokens "
+            f"(at most {status.max_prompt_chars})",
+            "prediction",
+        )
     if count > status.max_context:
         what = f"{count} {'messages' if chat else 'tokens'}"
     elif size > status.max_prompt_chars:
         what = f"{size} characters (at most {status.max_prompt_chars})"
     elif size + tools > status.max_prompt_chars:
-        raise bad_request(f"tools: {tools} characters of tool definitions and {size} of messages cannot fit in the model's context of "
-                          f"{status.max_context} tokens (at most {status.max_prompt_chars} characters in all)", "tools")
+        raise bad_request(
+            f"tools: {tools} characters of tool definitions and {size} of messages cannot fit in the model's context of "
+            f"{status.max_context} tokens (at most {status.max_prompt_chars} characters in all)",
+            "tools",
+        )
     else:
         return
     raise bad_request(f"{param}: {what} cannot fit in the model's context of {status.max_context} tokens; shorten the prompt", param)

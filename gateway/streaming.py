@@ -85,8 +85,11 @@ def _chunks(completion: Completion, choice: Choice, response: verify_pb2.Generat
         body["text"] = response.text
     if completion.provenance:
         body["provenance"] = round_provenance(response, choice.rounds)
-    calls = [{"index": choice.index, "finish_reason": None, "logprobs": None, "delta": {"tool_calls": [delta]}}
-             for call in output.calls for delta in call.stream_deltas()]
+    calls = [
+        {"index": choice.index, "finish_reason": None, "logprobs": None, "delta": {"tool_calls": [delta]}}
+        for call in output.calls
+        for delta in call.stream_deltas()
+    ]
     # NOTE: a round whose text is held back (a possible call's start, an unfinished character) says nothing: no empty delta.
     said = not completion.chat or output.content or body["logprobs"] or "provenance" in body
     bodies = [body, *calls] if said or not calls else calls

@@ -33,8 +33,10 @@ class ParsedCall:
 
     def stream_deltas(self) -> list[dict]:
         """OpenAI's chunk form: the call's index, id, type and name first, then its arguments."""
-        return [{"index": self.index, "id": self.id, "type": "function", "function": {"name": self.name, "arguments": ""}},
-                {"index": self.index, "function": {"arguments": self.arguments}}]
+        return [
+            {"index": self.index, "id": self.id, "type": "function", "function": {"name": self.name, "arguments": ""}},
+            {"index": self.index, "function": {"arguments": self.arguments}},
+        ]
 
 
 @dataclass
@@ -83,7 +85,7 @@ class ToolCallParser:
                 end = self.pending.find(TOOL_CALL_CLOSE)
                 if end < 0:
                     return delta
-                body, self.pending = self.pending[:end], self.pending[end + len(TOOL_CALL_CLOSE):]
+                body, self.pending = self.pending[:end], self.pending[end + len(TOOL_CALL_CLOSE) :]
                 self.in_call = False
                 delta.extend(self._call(body))
                 continue
@@ -92,9 +94,9 @@ class ToolCallParser:
                 delta.content += self._release(len(self.pending) - _held_marker_prefix(self.pending))
                 return delta
             before = self.pending[:start]
-            self.pending = self.pending[start + len(TOOL_CALL_OPEN):]
+            self.pending = self.pending[start + len(TOOL_CALL_OPEN) :]
             delta.content += self._content(before.rstrip())
-            self.gap, self.in_call = before[len(before.rstrip()):], True
+            self.gap, self.in_call = before[len(before.rstrip()) :], True
 
     def finish(self, finish_reason: str = "stop") -> OutputDelta:
         """The end of the output, which stopped for `finish_reason` (verify's: "stop", "length").
@@ -119,7 +121,7 @@ class ToolCallParser:
         """Release pending[:size] but its trailing whitespace (which may come before a call)."""
         text = self.pending[:size]
         kept = text.rstrip()
-        self.pending = text[len(kept):] + self.pending[size:]
+        self.pending = text[len(kept) :] + self.pending[size:]
         return self._content(kept)
 
     def _content(self, text: str) -> str:

@@ -59,8 +59,12 @@ def rebased(schema, base: str):
 
 
 def function_call_schema(tool: FunctionTool, arguments_ref: str) -> dict:
-    return {"type": "object", "properties": {"name": {"const": tool.function.name}, "arguments": {"$ref": arguments_ref}},
-            "required": ["name", "arguments"], "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": tool.function.name}, "arguments": {"$ref": arguments_ref}},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
 
 
 def call_schema(tools: list[FunctionTool], choice: ToolChoice | None) -> dict | None:
@@ -86,9 +90,14 @@ def call_grammar(tools: list[FunctionTool], choice: ToolChoice | None, parallel:
     schema = {**schema, "x-guidance": JSON_LAYOUT}  # the separators the prompt shows, no free whitespace
     # Lark string literals take JSON's escapes; the framing is specdec.serving.tool_format.call_text's
     repeat = f" ({json.dumps(CALL_SEPARATOR)} call)*" if parallel else ""
-    return "\n".join([f"start: call{repeat}",
-                      f"call: {json.dumps(TOOL_CALL_OPEN + chr(10))} body {json.dumps(chr(10) + TOOL_CALL_CLOSE)}",
-                      f"body: %json {json.dumps(schema)}", ""])
+    return "\n".join(
+        [
+            f"start: call{repeat}",
+            f"call: {json.dumps(TOOL_CALL_OPEN + chr(10))} body {json.dumps(chr(10) + TOOL_CALL_CLOSE)}",
+            f"body: %json {json.dumps(schema)}",
+            "",
+        ]
+    )
 
 
 def forces_call(request: ChatCompletionRequest | CompletionRequest) -> bool:

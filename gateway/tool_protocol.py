@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specdec.constraints.grammars import MAX_GRAMMAR_CHARS, brief_reason
 from specdec.errors import InvalidRequestError
-from specdec.limits import MAX_TOOLS, TOOL_NAME_PATTERN
+from specdec.limits import TOOL_NAME_PATTERN
 
 # All tools' parameter schemas together, as JSON text: a forced call's grammar holds them all, and
 # their meta-schema checks cost seconds of CPU at this size.
@@ -52,7 +52,7 @@ class FunctionDefinition(_Closed):
         if not isinstance(value.get("$schema", ""), str):
             raise ValueError("is not a valid JSON schema: $schema must be a meta-schema URI (a string)")
         if value.get("type", "object") != "object":
-            raise ValueError(f"must describe the arguments object (type \"object\"), not type {json.dumps(value['type'])}")
+            raise ValueError(f'must describe the arguments object (type "object"), not type {json.dumps(value["type"])}')
         return value
 
     @property

@@ -23,12 +23,24 @@ _FIELD = re.compile(r"^([\w.\[\]]+): ")
 _REFERENCE = re.compile(r"\(reference ([0-9a-f]{1,32})\)")  # verify's INTERNAL answer: where its log has the details
 log = logging.getLogger(__name__)
 # verify's field names -> the OpenAI request's
-_PARAM_NAMES = {"options.max_tokens": "max_tokens", "max_tokens": "max_tokens", "options.sampling.temperature": "temperature",
-                "options.sampling.top_p": "top_p", "options.sampling.top_k": "top_k", "prompt": "messages",
-                "options.penalties.logit_bias": "logit_bias", "options.penalties.presence_penalty": "presence_penalty",
-                "options.penalties.frequency_penalty": "frequency_penalty", "options.penalties.repetition_penalty": "repetition_penalty",
-                "options.chat.messages": "messages", "options.chat.tools_json": "tools", "options.text": "prompt",
-                "options.token_ids": "prompt", "grammar": "response_format", "options.grammar": "response_format"}
+_PARAM_NAMES = {
+    "options.max_tokens": "max_tokens",
+    "max_tokens": "max_tokens",
+    "options.sampling.temperature": "temperature",
+    "options.sampling.top_p": "top_p",
+    "options.sampling.top_k": "top_k",
+    "prompt": "messages",
+    "options.penalties.logit_bias": "logit_bias",
+    "options.penalties.presence_penalty": "presence_penalty",
+    "options.penalties.frequency_penalty": "frequency_penalty",
+    "options.penalties.repetition_penalty": "repetition_penalty",
+    "options.chat.messages": "messages",
+    "options.chat.tools_json": "tools",
+    "options.text": "prompt",
+    "options.token_ids": "prompt",
+    "grammar": "response_format",
+    "options.grammar": "response_format",
+}
 
 
 class Upstream:
@@ -62,7 +74,9 @@ class Upstream:
         except asyncio.TimeoutError as error:
             raise unavailable(f"the verify service at {self.settings.verify_endpoint} is unreachable") from error
 
-    async def generate(self, request: verify_pb2.GenerateRequest, grammar_param: str = "response_format") -> AsyncIterator[verify_pb2.GenerateResponse]:
+    async def generate(
+        self, request: verify_pb2.GenerateRequest, grammar_param: str = "response_format"
+    ) -> AsyncIterator[verify_pb2.GenerateResponse]:
         """Stream one generation; cancelling the consumer cancels the gRPC call (sessions are freed).
         `grammar_param`: the request field verify's grammar came from (response_format, or tool_choice)."""
         await self._connected()
@@ -83,7 +97,7 @@ def http_error(error: grpc.aio.AioRpcError, grammar_param: str = "response_forma
         names = {**_PARAM_NAMES, "grammar": grammar_param, "options.grammar": grammar_param}
         param = names.get(match.group(1), match.group(1)) if match else None
         # The message names the HTTP field too, not verify's gRPC one ("options.grammar: ..." -> "response_format: ...").
-        message = f"{param}: {details[match.end():]}" if match else details
+        message = f"{param}: {details[match.end() :]}" if match else details
         return bad_request(message, param)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return overloaded(f"the verify service is at capacity: {details}", retry_after_s=1)
@@ -95,14 +109,20 @@ def http_error(error: grpc.aio.AioRpcError, grammar_param: str = "response_forma
     # unhandled servicer exception "Unexpected <class 'ValueError'>: ..."). The log has them.
     log.warning("the verify service failed: %s: %s", code.name, details)
     reference = _REFERENCE.search(details)
-    return OpenAIError(502, f"the verify service failed ({code.name})" + (f"; reference {reference.group(1)}" if reference else ""),
-                       "server_error")
+    return OpenAIError(
+        502, f"the verify service failed ({code.name})" + (f"; reference {reference.group(1)}" if reference else ""), "server_error"
+    )
 
 
 def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_index: int) -> verify_pb2.GenerateRequest:
     """The GenerateRequest for one choice; choice i of a seeded request uses seed + i."""
-    options = verify_pb2.GenerationOptions(stop=request.stop, max_tokens=request.requested_max_tokens or 0, grammar=request.grammar or "",
-                                           ignore_eos=request.ignore_eos, min_tokens=request.min_tokens)
+    options = verify_pb2.GenerationOptions(
+        stop=request.stop,
+        max_tokens=request.requested_max_tokens or 0,
+        grammar=request.grammar or "",
+        ignore_eos=request.ignore_eos,
+        min_tokens=request.min_tokens,
+    )
     if isinstance(request, ChatCompletionRequest):
         options.chat.CopyFrom(chat_messages(request))
     elif isinstance(request.prompt, str):
@@ -137,13 +157,18 @@ def tools_json(request: ChatCompletionRequest) -> str:
 
 def chat_messages(request: ChatCompletionRequest) -> verify_pb2.ChatMessages:
     """The conversation, calls and results included, and the tools to render (none with tool_choice "none")."""
-    tools = request.active_tools
     chat = verify_pb2.ChatMessages(tools_json=tools_json(request))
     for message in request.messages:
-        calls = [verify_pb2.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
-                 for call in message.tool_calls or []]
-        chat.messages.add(role=message.role, content=message.text(), tool_calls=calls, tool_call_id=message.tool_call_id or "",
-                          name=(message.name or "") if message.role == "tool" else "")
+        calls = [
+            verify_pb2.ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments) for call in message.tool_calls or []
+        ]
+        chat.messages.add(
+            role=message.role,
+            content=message.text(),
+            tool_calls=calls,
+            tool_call_id=message.tool_call_id or "",
+            name=(message.name or "") if message.role == "tool" else "",
+        )
     return chat
 
 

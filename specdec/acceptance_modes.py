@@ -20,19 +20,40 @@ class AcceptanceRule:
     greedy_sampling_only: bool  # valid only at temperature 0 (it would change sampled outputs)
 
 
-RULES: dict[AcceptanceMode, AcceptanceRule] = {rule.mode: rule for rule in (
-    AcceptanceRule(AcceptanceMode.GREEDY, "the argmax of q", "keep candidates equal to the target's argmax",
-                   needs_draft_probs=False, verifies_trees=True, greedy_sampling_only=True),
-    AcceptanceRule(AcceptanceMode.COUPLED, "Gumbel-max with noise keyed by (seed, position)",
-                   "keep candidates equal to the target's Gumbel-max under the same noise (token-identical per seed)",
-                   needs_draft_probs=False, verifies_trees=True, greedy_sampling_only=False),
-    AcceptanceRule(AcceptanceMode.REJECTION, "a sample of q (its top draft_top_k)",
-                   "accept with min(1, p/q), else sample the residual max(0, p - q) (Leviathan et al.)",
-                   needs_draft_probs=True, verifies_trees=False, greedy_sampling_only=False),
-)}
+RULES: dict[AcceptanceMode, AcceptanceRule] = {
+    rule.mode: rule
+    for rule in (
+        AcceptanceRule(
+            AcceptanceMode.GREEDY,
+            "the argmax of q",
+            "keep candidates equal to the target's argmax",
+            needs_draft_probs=False,
+            verifies_trees=True,
+            greedy_sampling_only=True,
+        ),
+        AcceptanceRule(
+            AcceptanceMode.COUPLED,
+            "Gumbel-max with noise keyed by (seed, position)",
+            "keep candidates equal to the target's Gumbel-max under the same noise (token-identical per seed)",
+            needs_draft_probs=False,
+            verifies_trees=True,
+            greedy_sampling_only=False,
+        ),
+        AcceptanceRule(
+            AcceptanceMode.REJECTION,
+            "a sample of q (its top draft_top_k)",
+            "accept with min(1, p/q), else sample the residual max(0, p - q) (Leviathan et al.)",
+            needs_draft_probs=True,
+            verifies_trees=False,
+            greedy_sampling_only=False,
+        ),
+    )
+}
 
-TREE_REFUSAL = ("acceptance=rejection cannot verify a token tree (speculative.verification=tree): ask for acceptance "
-                "coupled (token-identical to target-only per seed; in a config file speculative.acceptance: coupled) or temperature 0")
+TREE_REFUSAL = (
+    "acceptance=rejection cannot verify a token tree (speculative.verification=tree): ask for acceptance "
+    "coupled (token-identical to target-only per seed; in a config file speculative.acceptance: coupled) or temperature 0"
+)
 GREEDY_REFUSAL = "acceptance=greedy would change the output at temperature > 0; use rejection or coupled"
 TREE_DEFAULT = AcceptanceMode.COUPLED  # a tree config that names no acceptance: lossless and token-identical per seed
 # Where neither the request nor the config names a mode: a request that carries a seed gets coupled

@@ -44,12 +44,14 @@ class ModeRounds:
         """draft_probs [vocab] at absolute `position`: the candidate, and q where the target needs it."""
         raise NotImplementedError
 
-    def verify_chain(self, candidate_ids: torch.Tensor, draft_probs: SparseDistribution | None, target_probs: torch.Tensor,
-                     noise: RoundNoise) -> RoundVerdict:  # candidate_ids [k], target_probs [k + 1, vocab]
+    def verify_chain(
+        self, candidate_ids: torch.Tensor, draft_probs: SparseDistribution | None, target_probs: torch.Tensor, noise: RoundNoise
+    ) -> RoundVerdict:  # candidate_ids [k], target_probs [k + 1, vocab]
         raise NotImplementedError
 
-    def verify_tree(self, node_ids: torch.Tensor, parents: Sequence[int], target_probs: torch.Tensor,
-                    noise: RoundNoise) -> RoundVerdict:  # node_ids [n], target_probs [n + 1, vocab]
+    def verify_tree(
+        self, node_ids: torch.Tensor, parents: Sequence[int], target_probs: torch.Tensor, noise: RoundNoise
+    ) -> RoundVerdict:  # node_ids [n], target_probs [n + 1, vocab]
         raise InvalidRequestError("acceptance", TREE_REFUSAL)
 
 
@@ -75,7 +77,9 @@ class CoupledRounds(ModeRounds):
 
     def verify_chain(self, candidate_ids, draft_probs, target_probs, noise):
         positions = torch.arange(noise.start, noise.start + target_probs.shape[0], device=target_probs.device)
-        return coupled_accept(candidate_ids.to(target_probs.device), target_probs, keyed_gumbel(noise.seed, positions, target_probs.shape[-1]))
+        return coupled_accept(
+            candidate_ids.to(target_probs.device), target_probs, keyed_gumbel(noise.seed, positions, target_probs.shape[-1])
+        )
 
     def verify_tree(self, node_ids, parents, target_probs, noise):
         # NOTE: row 0 emits at position `start`, node i's row at start + depth(i): each node's noise

@@ -42,8 +42,9 @@ def round_ms(num_draft_tokens: int, draft_ms_per_token: float, target_ms: Callab
     return num_draft_tokens * draft_ms_per_token + target_ms(num_draft_tokens + 1) + overhead_ms
 
 
-def best_draft_length(acceptance: float, draft_ms_per_token: float, target_ms: Callable[[int], float], overhead_ms: float,
-                      min_k: int, max_k: int) -> int:
+def best_draft_length(
+    acceptance: float, draft_ms_per_token: float, target_ms: Callable[[int], float], overhead_ms: float, min_k: int, max_k: int
+) -> int:
     """The K in [min_k, max_k] with the most expected tokens per millisecond (the smaller K on a tie)."""
     best_k, best_rate = min_k, -1.0
     for k in range(min_k, max_k + 1):
@@ -176,8 +177,14 @@ class DraftLengthController:
         if not self.target_ms:
             return settings.max_k
         # Unmeasured draft costs count as free, so a drafter that has not drafted yet gets tried.
-        return best_draft_length(self.acceptance.mean, self.draft_ms_per_token.value or 0.0, self.target_ms.estimate,
-                                 self.overhead_ms.value or 0.0, settings.min_k, settings.max_k)
+        return best_draft_length(
+            self.acceptance.mean,
+            self.draft_ms_per_token.value or 0.0,
+            self.target_ms.estimate,
+            self.overhead_ms.value or 0.0,
+            settings.min_k,
+            settings.max_k,
+        )
 
     def next_k(self) -> int:
         """This round's K: the best one, or on probe rounds another. Changes no state."""

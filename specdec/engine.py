@@ -6,13 +6,13 @@ import logging
 from collections.abc import Callable
 
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
-from specdec.serving.config import DraftMethod, ModelSection, SpecdecConfig, TargetEngine, Verification
 from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
-from specdec.errors import IncompatibleVocabularyError, ModelLoadError, SpecdecError
 from specdec.engines import TargetModel, load_engine, resolve_engine
+from specdec.errors import IncompatibleVocabularyError, ModelLoadError, SpecdecError
 from specdec.generation import SpeculativeGenerator
 from specdec.models import LoadedModel, check_vocab_compatible, load_model, load_tokenizer
+from specdec.serving.config import DraftMethod, ModelSection, SpecdecConfig, TargetEngine, Verification
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,9 @@ def with_prompt_lookup(drafter: Drafter, models: ModelSection) -> Drafter:
     """The drafter with prompt lookup tried first (model.prompt_lookup); n-gram drafting is lookup already."""
     if not models.prompt_lookup or models.draft_method is DraftMethod.NGRAM:
         return drafter
-    return PromptLookupDrafter(drafter, LookupSettings(models.prompt_lookup_min_ngram, models.prompt_lookup_max_ngram, models.model_draft_tokens))
+    return PromptLookupDrafter(
+        drafter, LookupSettings(models.prompt_lookup_min_ngram, models.prompt_lookup_max_ngram, models.model_draft_tokens)
+    )
 
 
 def check_tree_support(config: SpecdecConfig, loaded: TargetModel, setting: str) -> None:
@@ -51,8 +53,10 @@ def check_tree_support(config: SpecdecConfig, loaded: TargetModel, setting: str)
 
 def _load_draft(models: ModelSection) -> LoadedModel:
     if not models.draft_path:
-        raise SpecdecError("draft_method=model needs a draft model: set model.draft_path or pass --draft "
-                           "(or use --draft-method layer_skip|ngram, which need none)")
+        raise SpecdecError(
+            "draft_method=model needs a draft model: set model.draft_path or pass --draft "
+            "(or use --draft-method layer_skip|ngram, which need none)"
+        )
     return _load("model.draft_path", models.draft_path, device=models.draft_device, dtype=models.dtype, quantize=models.draft_quantization)
 
 
@@ -89,18 +93,20 @@ def _layer_skip_drafter(target: TargetModel, _draft: LoadedModel | None, models:
 def _gguf_drafter(config: SpecdecConfig, target_tokenizer=None):  # -> GgufDrafter
     """The GGUF draft, its vocabulary checked against the target's tokenizer when there is one."""
     from specdec.drafters.gguf import GgufDrafter, check_gguf_vocabulary
-    from specdec.gguf_model import GgufOptions, default_threads, load_gguf
-
     from specdec.engines.llama_cpp import TREES_REFUSED
+    from specdec.gguf_model import GgufOptions, default_threads, load_gguf
 
     models = config.model
     if not models.draft_path:
         raise SpecdecError("draft_method=gguf drafts with a .gguf file: set model.draft_path or pass --draft")
     if config.speculative.verification is Verification.TREE:
         raise SpecdecError(f"model.draft_path: {TREES_REFUSED}")
-    options = GgufOptions(threads=models.gguf_threads or config.draft_service.cpu_threads or default_threads(),
-                          context_tokens=models.gguf_context_tokens, max_sequences=config.draft_service.max_sessions,
-                          device=models.draft_device)
+    options = GgufOptions(
+        threads=models.gguf_threads or config.draft_service.cpu_threads or default_threads(),
+        context_tokens=models.gguf_context_tokens,
+        max_sequences=config.draft_service.max_sessions,
+        device=models.draft_device,
+    )
     model = _prefixed("model.draft_path", load_gguf, _bundled_or_path(models.draft_path), options)
     if target_tokenizer is None and models.target_path:
         target_tokenizer = _prefixed("model.target_path", load_tokenizer, models.target_path)

@@ -52,8 +52,13 @@ def field_path(location: Iterable, prefix: str = "", skip: Collection[str] = ())
     return ".".join([*([prefix] if prefix else []), *(str(part) for part in location if part not in skip)])
 
 
-def describe_validation_error(problems: Iterable[dict], prefix: str = "", skip: Collection[str] = (),
-                              rename: Callable[[str], str] = str, reason: Callable[[dict], str] = lambda item: str(item.get("msg"))) -> str:
+def describe_validation_error(
+    problems: Iterable[dict],
+    prefix: str = "",
+    skip: Collection[str] = (),
+    rename: Callable[[str], str] = str,
+    reason: Callable[[dict], str] = lambda item: str(item.get("msg")),
+) -> str:
     """One 'field: message' per pydantic problem (`error.errors()`), joined by '; '; `rename` maps a field
     to what the user typed (a CLI flag), `skip` drops location parts (FastAPI's 'body'), `reason` words a problem."""
     return "; ".join(f"{rename(field_path(item.get('loc', ()), prefix, skip)) or 'body'}: {reason(item)}" for item in problems)

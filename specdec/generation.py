@@ -14,8 +14,8 @@ from opentelemetry import trace
 from specdec.batching import SequenceRunner
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
-from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.drafters.prediction import with_prediction
+from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import DraftUnavailableError
 from specdec.load_policy import LoadAwareSpeculation
 from specdec.models import LoadedModel
@@ -41,8 +41,13 @@ class GenerationResult:
 class SpeculativeGenerator:
     """Drafter proposes, target verifies in one forward pass, acceptance keeps it lossless."""
 
-    def __init__(self, target: LoadedModel, drafter: Drafter | None = None, runner: SequenceRunner | None = None,
-                 load_policy: LoadAwareSpeculation | None = None) -> None:
+    def __init__(
+        self,
+        target: LoadedModel,
+        drafter: Drafter | None = None,
+        runner: SequenceRunner | None = None,
+        load_policy: LoadAwareSpeculation | None = None,
+    ) -> None:
         self.target = target
         self.drafter = drafter
         self.runner = runner  # where target sessions get caches and passes (a service's batched one); None: the model's own
@@ -65,9 +70,14 @@ class SpeculativeGenerator:
         different thread and context).
         """
         stats = stats if stats is not None else GenerationStats()
-        span = tracer.start_span("generate", attributes={"specdec.prompt_tokens": len(request.prompt_ids),
-                                                         "specdec.max_tokens": request.max_tokens,
-                                                         "specdec.acceptance": request.effective_acceptance.value})
+        span = tracer.start_span(
+            "generate",
+            attributes={
+                "specdec.prompt_tokens": len(request.prompt_ids),
+                "specdec.max_tokens": request.max_tokens,
+                "specdec.acceptance": request.effective_acceptance.value,
+            },
+        )
         parent = trace.set_span_in_context(span)
         target = TargetSession(self.target, request, self.runner)
         draft = _Draft(self._open_draft_under(parent, request, target.constraint, stats), stats, span)
@@ -87,8 +97,14 @@ class SpeculativeGenerator:
         finally:
             if not finished:
                 span.add_event("cancelled", {"specdec.generated_tokens": target.output.num_generated})
-            span.set_attributes({"specdec.rounds": stats.rounds, "specdec.draft_tokens": stats.draft_tokens,
-                                 "specdec.accepted_tokens": stats.accepted_tokens, "specdec.fallback": stats.fallback})
+            span.set_attributes(
+                {
+                    "specdec.rounds": stats.rounds,
+                    "specdec.draft_tokens": stats.draft_tokens,
+                    "specdec.accepted_tokens": stats.accepted_tokens,
+                    "specdec.fallback": stats.fallback,
+                }
+            )
             target.close()
             draft.close()
             span.end()
@@ -118,12 +134,25 @@ class SpeculativeGenerator:
             stats.record_round(len(block), verdict.num_accepted)
         if block.sources[:1] == (TokenSource.PREDICTION,):
             stats.record_prediction(len(block), verdict.num_accepted)
-        chunk.round = info = replace(chunk.round, transport_ms=max(0.0, propose_ms - block.compute_ms), fallback=stats.fallback,
-                                     chosen_k=budget if drafting else None)
+        chunk.round = info = replace(
+            chunk.round,
+            transport_ms=max(0.0, propose_ms - block.compute_ms),
+            fallback=stats.fallback,
+            chosen_k=budget if drafting else None,
+        )
         target.learn_from_round(info)
-        span.set_attributes({"specdec.round": index, "specdec.k": budget, "specdec.drafted": info.num_candidates,
-                             "specdec.accepted": info.num_accepted, "specdec.draft_ms": info.draft_ms, "specdec.target_ms": info.target_ms,
-                             "specdec.transport_ms": info.transport_ms, "specdec.fallback": info.fallback})
+        span.set_attributes(
+            {
+                "specdec.round": index,
+                "specdec.k": budget,
+                "specdec.drafted": info.num_candidates,
+                "specdec.accepted": info.num_accepted,
+                "specdec.draft_ms": info.draft_ms,
+                "specdec.target_ms": info.target_ms,
+                "specdec.transport_ms": info.transport_ms,
+                "specdec.fallback": info.fallback,
+            }
+        )
         span.end()
         return chunk
 
@@ -133,8 +162,9 @@ class SpeculativeGenerator:
         auto = request.speculative and request.speculation_policy is SpeculationPolicy.AUTO and not request.prediction_ids
         return self.load_policy if auto else None
 
-    def _open_draft_under(self, parent, request: GenerationRequest, constraint: GrammarConstraint | None,
-                          stats: GenerationStats) -> DraftSession | None:
+    def _open_draft_under(
+        self, parent, request: GenerationRequest, constraint: GrammarConstraint | None, stats: GenerationStats
+    ) -> DraftSession | None:
         # Attached only for this call, so a remote draft's stream becomes a child of `generate`.
         token = otel_context.attach(parent)
         try:

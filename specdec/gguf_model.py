@@ -85,8 +85,10 @@ class Seat:
         grown = max(tokens, 2 * self.capacity)
         if not self.budget.try_grow(grown - self.capacity):
             # A draft cannot go on, but the generation can: verify continues with the target alone.
-            raise self.failure(f"the gguf model's KV cache is full ({self.budget.used_tokens} of {self.budget.capacity_tokens} "
-                                        f"cells in use); raise model.gguf_context_tokens")
+            raise self.failure(
+                f"the gguf model's KV cache is full ({self.budget.used_tokens} of {self.budget.capacity_tokens} "
+                f"cells in use); raise model.gguf_context_tokens"
+            )
         self.capacity = grown
 
 
@@ -144,8 +146,10 @@ class GgufModel:
         _llama_log().begin()
         context = lib.llama_init_from_model(self.model, params)
         if context is None:
-            raise ModelLoadError(f"llama.cpp could not create a context of {options.context_tokens} tokens for {self.source}: "
-                                 f"{_llama_log().first_error() or 'see the debug log'}")
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {options.context_tokens} tokens for {self.source}: "
+                f"{_llama_log().first_error() or 'see the debug log'}"
+            )
         return context
 
     def _kv_bytes_per_token(self) -> int:
@@ -181,8 +185,11 @@ class GgufModel:
 
     def decode(self, rows: list[GgufRow]) -> list[torch.Tensor]:  # per row: [num_logits, vocab]
         """Feed every row's tokens at its start (after removing its sequence's cells past that start)."""
-        entries = [(index, row.seat.seq_id, row.start + offset, token_id, offset >= len(row.input_ids) - row.num_logits)
-                   for index, row in enumerate(rows) for offset, token_id in enumerate(row.input_ids)]
+        entries = [
+            (index, row.seat.seq_id, row.start + offset, token_id, offset >= len(row.input_ids) - row.num_logits)
+            for index, row in enumerate(rows)
+            for offset, token_id in enumerate(row.input_ids)
+        ]
         logits: list[list[torch.Tensor]] = [[] for _ in rows]
         with self._lock:
             if self.context is None:
@@ -191,7 +198,7 @@ class GgufModel:
                 self._truncate(row.seat, row.start)
             try:
                 for first in range(0, len(entries), _BATCH_TOKENS):
-                    self._decode_chunk(entries[first:first + _BATCH_TOKENS], logits)
+                    self._decode_chunk(entries[first : first + _BATCH_TOKENS], logits)
             finally:
                 for row in rows:  # on failure llama.cpp may keep part of the batch: the next decode removes it
                     row.seat.length = row.start + len(row.input_ids)
@@ -223,8 +230,9 @@ class GgufModel:
             if padding:
                 self.lib.llama_memory_seq_rm(self.memory, self.scratch_seq_id, 0, -1)
 
-    def _decode_entries(self, entries: Sequence[tuple[int, int, int, int, bool]], outputs: list[bool],
-                        logits: list[list[torch.Tensor]]) -> None:
+    def _decode_entries(
+        self, entries: Sequence[tuple[int, int, int, int, bool]], outputs: list[bool], logits: list[list[torch.Tensor]]
+    ) -> None:
         batch = self.batch
         batch.n_tokens = len(entries)
         for i, (_row, seq_id, position, token_id, _wants) in enumerate(entries):
@@ -236,8 +244,10 @@ class GgufModel:
         _llama_log().begin()
         status = self.lib.llama_decode(self.context, batch)
         if status != 0:
-            raise self.options.failure(f"llama.cpp could not decode {len(entries)} tokens with {self.source}: llama_decode returned "
-                                        f"{status} ({_DECODE_ERRORS.get(status, 'error')}) {_llama_log().first_error()}".rstrip())
+            raise self.options.failure(
+                f"llama.cpp could not decode {len(entries)} tokens with {self.source}: llama_decode returned "
+                f"{status} ({_DECODE_ERRORS.get(status, 'error')}) {_llama_log().first_error()}".rstrip()
+            )
         for i, (row, *_rest, wants_logits) in enumerate(entries):
             if wants_logits:
                 pointer = self.lib.llama_get_logits_ith(self.context, i)
@@ -247,8 +257,10 @@ class GgufModel:
         lib = self.lib
         size = lib.llama_model_size(self.model)
         cells = self.budget.capacity_tokens
-        return (f"{size / 2**20:.1f} MiB GGUF weights, {cells} shared KV cells ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
-                f"{self.options.threads} llama.cpp threads, up to {self.max_sequences} sessions")
+        return (
+            f"{size / 2**20:.1f} MiB GGUF weights, {cells} shared KV cells ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
+            f"{self.options.threads} llama.cpp threads, up to {self.max_sequences} sessions"
+        )
 
     @functools.lru_cache(maxsize=2)  # noqa: B019 -- one model per process, kept for its lifetime
     def grammar_tokenizer(self, vocab_size: int):  # -> llguidance.LLTokenizer
@@ -306,8 +318,10 @@ def _gpu_layers(lib, device: str) -> int:
     if device == "auto":
         return _ALL_LAYERS if supported else 0
     if not supported:
-        raise ModelLoadError(f"model.draft_device {device}: this llama-cpp-python was built without GPU support; reinstall it with "
-                             "CMAKE_ARGS=-DGGML_CUDA=on (see docs/configuration.md), or use draft_device cpu")
+        raise ModelLoadError(
+            f"model.draft_device {device}: this llama-cpp-python was built without GPU support; reinstall it with "
+            "CMAKE_ARGS=-DGGML_CUDA=on (see docs/configuration.md), or use draft_device cpu"
+        )
     return _ALL_LAYERS
 
 

@@ -9,8 +9,10 @@ from transformers import DynamicCache, PreTrainedModel
 
 from specdec.errors import SpecdecError
 
-TREE_NEEDS_PACKED = ("speculative.verification=tree needs specdec's packed forward pass, which supports the Llama "
-                     "family (llama, mistral and qwen2 without sliding windows); use verification: sequential for this model")
+TREE_NEEDS_PACKED = (
+    "speculative.verification=tree needs specdec's packed forward pass, which supports the Llama "
+    "family (llama, mistral and qwen2 without sliding windows); use verification: sequential for this model"
+)
 
 
 class PrefixCache:

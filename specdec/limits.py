@@ -49,5 +49,9 @@ TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
 MinP = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 PresencePenalty = Annotated[float, Field(ge=-2.0, le=2.0, allow_inf_nan=False)]
 FrequencyPenalty = PresencePenalty
-RepetitionPenalty = Annotated[float, Field(ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY, allow_inf_nan=False,
-                                           description="extension (Hugging Face / CTRL); 1 = off")]
+RepetitionPenalty = Annotated[
+    float,
+    Field(
+        ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY, allow_inf_nan=False, description="extension (Hugging Face / CTRL); 1 = off"
+    ),
+]

@@ -96,8 +96,9 @@ def load_bucket(load: int) -> int:
 
 
 class LoadAwareSpeculation:
-    def __init__(self, load: Callable[[], int], window_s: float = 2.0, explore_every: int = 6,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, load: Callable[[], int], window_s: float = 2.0, explore_every: int = 6, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.load = load  # open sessions now
         self.window_s = window_s
         self.explore_every = explore_every
@@ -141,9 +142,15 @@ class LoadAwareSpeculation:
             self._compare_with_last(window, stats)
         bucket = load_bucket(max(1, self.load()))
         self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats())), bucket, now)
-        log.debug("load-aware policy: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
-                  "drafting" if window.drafting else "plain", window.load_bucket, window.rate(window.drafting),
-                  stats.log_gain, "drafting" if self._window.drafting else "plain", bucket)
+        log.debug(
+            "load-aware policy: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
+            "drafting" if window.drafting else "plain",
+            window.load_bucket,
+            window.rate(window.drafting),
+            stats.log_gain,
+            "drafting" if self._window.drafting else "plain",
+            bucket,
+        )
 
     @staticmethod
     def _fold_rates(window: _Window, stats: _BucketStats) -> None:

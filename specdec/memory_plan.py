@@ -11,13 +11,17 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
-from specdec.serving.config import DraftMethod, SpecdecConfig
 from specdec.errors import SpecdecError
 from specdec.models import resolve_device, resolve_dtype
+from specdec.serving.config import DraftMethod, SpecdecConfig
 
 USABLE_FRACTION = 0.9  # headroom for activations, allocator fragmentation and the CUDA context
-FIXES = ("lower serving.max_batch_size / max_sessions", "quantize the draft (model.draft_quantization: int8)",
-         "use layer-skip self-speculation (model.draft_method: layer_skip)", "put draft and target on different devices")
+FIXES = (
+    "lower serving.max_batch_size / max_sessions",
+    "quantize the draft (model.draft_quantization: int8)",
+    "use layer-skip self-speculation (model.draft_method: layer_skip)",
+    "put draft and target on different devices",
+)
 
 
 @dataclass
@@ -51,7 +55,9 @@ class DevicePlan:
         return max(0, int(free // self.session_bytes)) if self.session_bytes else 0
 
 
-def footprint(role: str, source: str, device: str, dtype: str, num_layers: int | None = None, quantize: str | None = None) -> ModelFootprint:
+def footprint(
+    role: str, source: str, device: str, dtype: str, num_layers: int | None = None, quantize: str | None = None
+) -> ModelFootprint:
     """Sizes from the model's config alone: the weights are never loaded (meta device)."""
     config = _config(source)
     if num_layers is not None:
@@ -64,7 +70,9 @@ def footprint(role: str, source: str, device: str, dtype: str, num_layers: int |
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     kv_per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * element
-    return ModelFootprint(role, source, str(torch_device), weight_bytes, kv_per_token, int(getattr(config, "max_position_embeddings", 2048)))
+    return ModelFootprint(
+        role, source, str(torch_device), weight_bytes, kv_per_token, int(getattr(config, "max_position_embeddings", 2048))
+    )
 
 
 def _config(source: str):
@@ -153,10 +161,16 @@ def describe(devices: list[DevicePlan]) -> str:
     for device in devices:
         lines.append(f"{device.device}: {_gib(device.total_bytes)} total, {USABLE_FRACTION:.0%} usable")
         for model in device.models:
-            lines.append(f"  {model.role:<6} {model.source}: weights {_gib(model.weight_bytes)}, KV {model.kv_bytes_per_token / 1024:.1f} KiB/token, "
-                         f"context {model.max_context} tokens ({_gib(model.kv_bytes_per_token * model.max_context)} per session)")
-        verdict = f"{device.sessions_that_fit} concurrent full-context sessions fit" if device.sessions_that_fit else \
-            f"DOES NOT FIT. Fixes: {'; '.join(FIXES)}"
+            lines.append(
+                f"  {model.role:<6} {model.source}: weights {_gib(model.weight_bytes)}, "
+                f"KV {model.kv_bytes_per_token / 1024:.1f} KiB/token, "
+                f"context {model.max_context} tokens ({_gib(model.kv_bytes_per_token * model.max_context)} per session)"
+            )
+        verdict = (
+            f"{device.sessions_that_fit} concurrent full-context sessions fit"
+            if device.sessions_that_fit
+            else f"DOES NOT FIT. Fixes: {'; '.join(FIXES)}"
+        )
         lines.append(f"  => {verdict}")
     return "\n".join(lines)
 

@@ -184,8 +184,10 @@ def vocab_difference(target_vocab: dict[str, int], draft_vocab: dict[str, int]) 
     if not differing:
         return None
     example = differing[0]
-    return (f"{len(differing)} of the draft's {len(draft_vocab)} tokens have a different id in the target tokenizer "
-            f"(e.g. {example!r}: draft id {draft_vocab[example]}, target id {target_vocab.get(example)})")
+    return (
+        f"{len(differing)} of the draft's {len(draft_vocab)} tokens have a different id in the target tokenizer "
+        f"(e.g. {example!r}: draft id {draft_vocab[example]}, target id {target_vocab.get(example)})"
+    )
 
 
 def describe_memory(loaded: LoadedModel) -> str:

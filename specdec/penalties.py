@@ -26,7 +26,6 @@ from specdec.limits import MAX_LOGIT_BIAS_ENTRIES, FrequencyPenalty, PresencePen
 from specdec.tree import ancestor_mask
 
 
-
 class Penalties(BaseModel):
     """A request's penalties; the defaults change nothing."""
 
@@ -51,8 +50,12 @@ class Penalties(BaseModel):
 
     @property
     def is_identity(self) -> bool:
-        return (self.presence_penalty == 0.0 and self.frequency_penalty == 0.0 and self.repetition_penalty == 1.0
-                and not any(self.logit_bias.values()))
+        return (
+            self.presence_penalty == 0.0
+            and self.frequency_penalty == 0.0
+            and self.repetition_penalty == 1.0
+            and not any(self.logit_bias.values())
+        )
 
     def check_vocab(self, vocab_size: int, field: str) -> None:
         """Refuse logit_bias ids the model does not have, naming `field`."""
@@ -108,14 +111,16 @@ class LogitsTransform:
         self.bias = None  # [vocab]
         if penalties.logit_bias:
             self.bias = torch.zeros(vocab_size, device=self.device)
-            self.bias[torch.tensor(list(penalties.logit_bias), device=self.device)] = torch.tensor(list(penalties.logit_bias.values()),
-                                                                                                   device=self.device)
+            self.bias[torch.tensor(list(penalties.logit_bias), device=self.device)] = torch.tensor(
+                list(penalties.logit_bias.values()), device=self.device
+            )
         self._sequence: list[int] = list(prompt_ids)
         self._generated = torch.zeros(vocab_size, device=self.device)  # [vocab] counts of sequence[prompt_length:]
 
     @staticmethod
-    def for_request(penalties: Penalties, prompt_ids: Sequence[int], vocab_size: int,
-                    device: torch.device | str = "cpu") -> LogitsTransform | None:
+    def for_request(
+        penalties: Penalties, prompt_ids: Sequence[int], vocab_size: int, device: torch.device | str = "cpu"
+    ) -> LogitsTransform | None:
         """The transform, or None when the penalties change nothing (no work per position)."""
         return None if penalties.is_identity else LogitsTransform(penalties, prompt_ids, vocab_size, device)
 

@@ -8,8 +8,9 @@ from transformers import PreTrainedTokenizerBase
 from specdec.errors import InvalidRequestError
 
 
-def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict], field: str = "messages",
-                tools: list[dict] | None = None) -> list[int]:
+def encode_chat(
+    tokenizer: PreTrainedTokenizerBase, messages: list[dict], field: str = "messages", tools: list[dict] | None = None
+) -> list[int]:
     """`messages` (and `tools`, for a template that renders them: specdec.serving.tool_prompt) -> token ids."""
     if not tokenizer.chat_template:
         raise InvalidRequestError(field, "this model's tokenizer has no chat template; send a plain prompt instead")

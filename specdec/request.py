@@ -15,6 +15,7 @@ from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams
 from specdec.tree import TreeShape
 
+
 class GenerationRequest(BaseModel):
     """One generation. Validation errors name the offending field."""
 
@@ -67,8 +68,9 @@ class GenerationRequest(BaseModel):
     @model_validator(mode="after")
     def _acceptance_fits(self) -> GenerationRequest:
         # The asked-for mode must suit the sampling; the mode that runs, the tree.
-        problem = refusal(self.acceptance, self.sampling.is_greedy, tree=False) or \
-            refusal(self.effective_acceptance, self.sampling.is_greedy, tree=self.tree is not None and self.speculative)
+        problem = refusal(self.acceptance, self.sampling.is_greedy, tree=False) or refusal(
+            self.effective_acceptance, self.sampling.is_greedy, tree=self.tree is not None and self.speculative
+        )
         if problem:
             raise ValueError(problem)
         return self

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from specdec.limits import MinP, Temperature, TopK, TopP
 
@@ -132,8 +132,10 @@ def _padded(sparse: SparseDistribution, width: int) -> SparseDistribution:  # [k
     if missing == 0:
         return sparse
     rows = sparse.token_ids.shape[0]
-    return SparseDistribution(torch.cat([sparse.token_ids, sparse.token_ids[:, :1].expand(rows, missing)], dim=-1),
-                              torch.cat([sparse.probs, sparse.probs.new_zeros(rows, missing)], dim=-1))
+    return SparseDistribution(
+        torch.cat([sparse.token_ids, sparse.token_ids[:, :1].expand(rows, missing)], dim=-1),
+        torch.cat([sparse.probs, sparse.probs.new_zeros(rows, missing)], dim=-1),
+    )
 
 
 def sparse_rows(sparse: SparseDistribution) -> list[tuple[list[int], list[float]]]:

@@ -37,8 +37,10 @@ def tiny_ggufs(tiny_pair_paths, tmp_path_factory):
     from gguf_support import write_llama_gguf
 
     root = tmp_path_factory.mktemp("tiny-gguf")
-    return SimpleNamespace(target=write_llama_gguf(tiny_pair_paths.target, root / "target-f32.gguf"),
-                           draft=write_llama_gguf(tiny_pair_paths.draft, root / "draft-f32.gguf"))
+    return SimpleNamespace(
+        target=write_llama_gguf(tiny_pair_paths.target, root / "target-f32.gguf"),
+        draft=write_llama_gguf(tiny_pair_paths.draft, root / "draft-f32.gguf"),
+    )
 
 
 @pytest.fixture(scope="session")

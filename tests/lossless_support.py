@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 from scipy import stats
 
-from specdec.generation import SpeculativeGenerator
 from specdec.acceptance import RoundVerdict
 from specdec.engines.base import TargetModel
+from specdec.generation import SpeculativeGenerator
 from specdec.penalties import LogitsTransform
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, processed_probs
@@ -25,8 +25,12 @@ def always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundV
     return RoundVerdict(candidate_ids.tolist(), bonus, len(candidate_ids))
 
 
-def exact_joint(target: TargetModel, prompt_ids: list[int], sampling: SamplingParams = JOINT_SAMPLING,
-                transform: LogitsTransform | Callable | None = None) -> dict[tuple[int, int], float]:
+def exact_joint(
+    target: TargetModel,
+    prompt_ids: list[int],
+    sampling: SamplingParams = JOINT_SAMPLING,
+    transform: LogitsTransform | Callable | None = None,
+) -> dict[tuple[int, int], float]:
     """P(first two tokens) under the target's processed distribution (after `transform`, if any)."""
     lm = target.open_sequence(len(prompt_ids) + 2)  # the engine's own passes, as the generations below run them
 
@@ -55,8 +59,14 @@ def joint_p_value(target, drafter, prompt_ids, trials: int = TRIALS, transform=N
     counts = dict.fromkeys(expected, 0)
     generator = SpeculativeGenerator(target, drafter)
     for seed in range(trials):
-        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3,
-                                    **{"ignore_eos": not fields.get("grammar"), **fields})
+        request = GenerationRequest(
+            prompt_ids=prompt_ids,
+            max_tokens=3,
+            sampling=JOINT_SAMPLING,
+            seed=seed,
+            num_draft_tokens=3,
+            **{"ignore_eos": not fields.get("grammar"), **fields},
+        )
         pair = tuple(generator.generate(request).token_ids[:2])
         if pair not in counts:
             return 0.0  # a pair the target can never produce

@@ -38,7 +38,7 @@ def grpc_occupant(port: int) -> Iterator[grpc.Server]:
 
 
 class _Ready(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "2")
         self.end_headers()

@@ -23,19 +23,31 @@ from specdec.cli.processes import free_port, grpc_serving, http_ok, spawn
 # workers spinning after a forward pass would otherwise steal the other services' core.
 # Verify drafts every round: these tests assert on drafting around faults, and with the tiny pair the
 # load-aware policy would rightly stop drafting (it has its own tests).
-SERVICE_ENV = {"HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
-               "SPECDEC_VERIFY_SERVICE__LOAD_AWARE_SPECULATION": "false"}
+SERVICE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TQDM_DISABLE": "1",
+    "OMP_NUM_THREADS": "1",
+    "SPECDEC_VERIFY_SERVICE__LOAD_AWARE_SPECULATION": "false",
+}
 CHAT = "/v1/chat/completions"
 # Greedy and long enough that a fault can land mid-stream (the tiny model's context is 512 tokens).
-LONG_GREEDY = {"model": "target", "messages": [{"role": "user", "content": "Tell me a long story about the sea."}],
-               "max_tokens": 400, "temperature": 0}
+LONG_GREEDY = {
+    "model": "target",
+    "messages": [{"role": "user", "content": "Tell me a long story about the sea."}],
+    "max_tokens": 400,
+    "temperature": 0,
+}
 
 
 def spawn_service(service: str, *args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
     """`specdec serve SERVICE ARGS --host 127.0.0.1`; output to `log`, or a pipe when none."""
     output = log.open("ab") if log is not None else subprocess.PIPE
-    return spawn(["serve", service, *args, "--host", "127.0.0.1"], env={**os.environ, **SERVICE_ENV, **(env or {})},
-                 stdout=output, stderr=subprocess.STDOUT)
+    return spawn(
+        ["serve", service, *args, "--host", "127.0.0.1"],
+        env={**os.environ, **SERVICE_ENV, **(env or {})},
+        stdout=output,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def wait_until(probe, timeout: float, what: str, interval: float = 0.05):
@@ -97,16 +109,34 @@ class LoopbackStack:
         self.ports = {name: free_port() for name in ("draft", "verify", "gateway", "draft_metrics", "verify_metrics")}
         ports = self.ports
         self.max_sessions = max_sessions  # verify's sessions, and as many generations admitted by the gateway
-        self.draft = ServiceProcess("draft", ["--draft", str(pair.draft), "--port", str(ports["draft"]),
-                                              "--metrics-port", str(ports["draft_metrics"])], directory / "draft.log")
-        self.verify = ServiceProcess("verify", ["--target", str(pair.target), "--port", str(ports["verify"]),
-                                                "--metrics-port", str(ports["verify_metrics"]), "--draft-endpoint", f"127.0.0.1:{ports['draft']}",
-                                                "--max-sessions", str(max_sessions)],
-                                     directory / "verify.log")
+        self.draft = ServiceProcess(
+            "draft",
+            ["--draft", str(pair.draft), "--port", str(ports["draft"]), "--metrics-port", str(ports["draft_metrics"])],
+            directory / "draft.log",
+        )
+        self.verify = ServiceProcess(
+            "verify",
+            [
+                "--target",
+                str(pair.target),
+                "--port",
+                str(ports["verify"]),
+                "--metrics-port",
+                str(ports["verify_metrics"]),
+                "--draft-endpoint",
+                f"127.0.0.1:{ports['draft']}",
+                "--max-sessions",
+                str(max_sessions),
+            ],
+            directory / "verify.log",
+        )
         # connect timeout 1 s: "verify is gone" must be a fast 503, not a 2 s wait per request
-        self.gateway = ServiceProcess("gateway", ["--port", str(ports["gateway"]), "--verify-endpoint", f"127.0.0.1:{ports['verify']}"],
-                                      directory / "gateway.log", env={"SPECDEC_SERVING__UPSTREAM_CONNECT_TIMEOUT_S": "1",
-                                                                         "SPECDEC_SERVING__MAX_CONCURRENT_REQUESTS": str(max_sessions)})
+        self.gateway = ServiceProcess(
+            "gateway",
+            ["--port", str(ports["gateway"]), "--verify-endpoint", f"127.0.0.1:{ports['verify']}"],
+            directory / "gateway.log",
+            env={"SPECDEC_SERVING__UPSTREAM_CONNECT_TIMEOUT_S": "1", "SPECDEC_SERVING__MAX_CONCURRENT_REQUESTS": str(max_sessions)},
+        )
         self.url = f"http://127.0.0.1:{ports['gateway']}"
 
     @property
@@ -127,9 +157,11 @@ class LoopbackStack:
     def sessions(self) -> dict[str, float]:
         """Live sessions per service: the `specdec_requests_running` gauge of draft and verify, the
         gateway's `specdec_gateway_requests_running` (its own name: no metric is exported by two services)."""
-        urls = {"draft": (f"http://127.0.0.1:{self.ports['draft_metrics']}/metrics", "specdec_requests_running"),
-                "verify": (f"http://127.0.0.1:{self.ports['verify_metrics']}/metrics", "specdec_requests_running"),
-                "gateway": (f"{self.url}/metrics", "specdec_gateway_requests_running")}
+        urls = {
+            "draft": (f"http://127.0.0.1:{self.ports['draft_metrics']}/metrics", "specdec_requests_running"),
+            "verify": (f"http://127.0.0.1:{self.ports['verify_metrics']}/metrics", "specdec_requests_running"),
+            "gateway": (f"{self.url}/metrics", "specdec_gateway_requests_running"),
+        }
         return {name: scrape(url, metric_name) for name, (url, metric_name) in urls.items()}
 
     def stop(self) -> None:
@@ -152,8 +184,10 @@ def declared_body_reply(gateway_url: str, declared: int, sent: bytes) -> bytes:
     """Send headers declaring `declared` bytes and only `sent` of them; what comes back within 10 s."""
     url = httpx.URL(gateway_url)
     with socket.create_connection((url.host, url.port), timeout=10) as connection:
-        connection.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
-                           f"Content-Length: {declared}\r\n\r\n".encode() + sent)
+        connection.sendall(
+            f"POST {CHAT} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\n\r\n".encode()
+            + sent
+        )
         reply = b""
         while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < _content_length(reply):
             chunk = connection.recv(65536)
@@ -206,7 +240,7 @@ def sse_events(lines):
         if line == "data: [DONE]":
             return
         count += 1
-        yield json.loads(line[len("data: "):])
+        yield json.loads(line[len("data: ") :])
     raise AssertionError(f"the stream ended without [DONE] after {count} events")
 
 
@@ -227,8 +261,12 @@ def sampling_params_strategy():
 
     # unset and in-range values are as likely as hostile ones, so generation is reached too
     floats = st.one_of(st.none(), st.none(), st.floats(0.05, 1), st.floats(allow_nan=True, allow_infinity=True))
-    fields = {"temperature": floats, "top_p": floats, "min_p": st.one_of(st.none(), st.none(), floats),
-              "top_k": st.one_of(st.none(), st.integers(0, 64), st.integers(-2**31, 2**31 - 1))}
+    fields = {
+        "temperature": floats,
+        "top_p": floats,
+        "min_p": st.one_of(st.none(), st.none(), floats),
+        "top_k": st.one_of(st.none(), st.integers(0, 64), st.integers(-(2**31), 2**31 - 1)),
+    }
     return st.fixed_dictionaries(fields).map(lambda values: common_pb2.SamplingParams(**{k: v for k, v in values.items() if v is not None}))
 
 

@@ -52,10 +52,10 @@ def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import cycle as [a, b, ..., a], or None (iterative depth-first search)."""
     state: dict[str, str] = {}
-    for start in graph:
+    for start, imports in graph.items():
         if start in state:
             continue
-        path, stack = [start], [iter(sorted(graph[start]))]
+        path, stack = [start], [iter(sorted(imports))]
         state[start] = "open"
         while stack:
             nxt = next(stack[-1], None)
@@ -63,7 +63,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 state[path.pop()] = "done"
                 stack.pop()
             elif state.get(nxt) == "open":
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             elif nxt not in state:
                 state[nxt] = "open"
                 path.append(nxt)
@@ -77,9 +77,13 @@ def _within(module: str, package: str) -> bool:
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     """Imports of a service or the gateway from anywhere but specdec/cli and the service itself."""
-    return sorted(f"{importer} -> {imported}" for importer, imports in graph.items() for imported in imports
-                  if any(_within(imported, service) and not _within(importer, service) for service in SERVICES)
-                  and not _within(importer, COMPOSITION_ROOT))
+    return sorted(
+        f"{importer} -> {imported}"
+        for importer, imports in graph.items()
+        for imported in imports
+        if any(_within(imported, service) and not _within(importer, service) for service in SERVICES)
+        and not _within(importer, COMPOSITION_ROOT)
+    )
 
 
 def test_the_tree_has_no_import_cycle():
@@ -98,8 +102,13 @@ def test_the_gateway_imports_no_algorithm_module():
     # request's grammar (response_format, forced tool calls) before any model work.
     allowed = ("specdec.serving", "specdec.limits", "specdec.errors", "specdec.enums", "specdec.constraints.grammars", "gateway")
     graph = import_graph()
-    bad = sorted(f"{importer} -> {imported}" for importer, imports in graph.items() if _within(importer, "gateway")
-                 for imported in imports if not any(_within(imported, prefix) for prefix in allowed))
+    bad = sorted(
+        f"{importer} -> {imported}"
+        for importer, imports in graph.items()
+        if _within(importer, "gateway")
+        for imported in imports
+        if not any(_within(imported, prefix) for prefix in allowed)
+    )
     assert bad == []
 
 
@@ -124,8 +133,15 @@ def test_a_cycle_through_a_deferred_relative_import_is_found(fake_tree):
 
 
 def test_a_core_module_importing_a_service_is_reported_and_the_cli_is_not(fake_tree):
-    root = fake_tree({"specdec/core.py": "import verify_service.server\n", "verify_service/server.py": "",
-                      "specdec/cli/__init__.py": "", "specdec/cli/commands.py": "from gateway import app\n", "gateway/app.py": ""})
+    root = fake_tree(
+        {
+            "specdec/core.py": "import verify_service.server\n",
+            "verify_service/server.py": "",
+            "specdec/cli/__init__.py": "",
+            "specdec/cli/commands.py": "from gateway import app\n",
+            "gateway/app.py": "",
+        }
+    )
     assert upward_imports(import_graph(root)) == ["specdec.core -> verify_service.server"]
 
 
@@ -140,7 +156,11 @@ def direct_model_loaders(root: Path = ROOT) -> list[str]:
     found = []
     for name, path in module_files(root).items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module == "specdec.models" and any(alias.name == "load_model" for alias in node.names):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "specdec.models"
+                and any(alias.name == "load_model" for alias in node.names)
+            ):
                 found.append(name)
     return sorted(set(found))
 
@@ -152,6 +172,7 @@ def test_targets_are_loaded_through_the_engine_interface():
 
 
 def test_a_service_loading_its_target_with_transformers_directly_is_reported(fake_tree):
-    root = fake_tree({"specdec/models.py": "def load_model(): ...\n",
-                      "verify_service/server.py": "from specdec.models import LoadedModel, load_model\n"})
+    root = fake_tree(
+        {"specdec/models.py": "def load_model(): ...\n", "verify_service/server.py": "from specdec.models import LoadedModel, load_model\n"}
+    )
     assert direct_model_loaders(root) == ["verify_service.server"]

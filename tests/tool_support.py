@@ -12,9 +12,11 @@ from specdec.serving.tool_prompt import ChatTurn, ToolCallText
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city", "parameters": CITY}}]
-CONVERSATION = [ChatTurn("user", "Weather in Paris?"),
-                ChatTurn("assistant", "", (ToolCallText("call_1", "get_weather", '{"city": "Paris"}'),)),
-                ChatTurn("tool", '{"temperature": 21}', tool_call_id="call_1", name="get_weather")]
+CONVERSATION = [
+    ChatTurn("user", "Weather in Paris?"),
+    ChatTurn("assistant", "", (ToolCallText("call_1", "get_weather", '{"city": "Paris"}'),)),
+    ChatTurn("tool", '{"temperature": 21}', tool_call_id="call_1", name="get_weather"),
+]
 
 
 def assembled_choice(chunks: Iterable[ChatCompletionChunk | dict]):

@@ -29,11 +29,11 @@ from dataclasses import replace
 
 import grpc
 
-from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.acceptance_modes import rule
+from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.errors import DraftUnavailableError, InvalidRequestError
 from specdec.serving.rpc.convert import acceptance_to_proto, block_from_proto, penalties_to_proto, sampling_to_proto
-from specdec.v1 import draft_pb2, draft_pb2_grpc  # noqa: F401 -- stub type in signatures
+from specdec.v1 import draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,14 @@ _CATCH_UP_BACKLOG_TOKENS = 16  # unseen tokens in one exchange beyond which the 
 class RemoteDrafter:
     name = "remote"
 
-    def __init__(self, stub: draft_pb2_grpc.DraftServiceStub, loop: asyncio.AbstractEventLoop, round_timeout_s: float,
-                 vocab_fingerprint: str = "", deadline_s: float | None = None) -> None:
+    def __init__(
+        self,
+        stub: draft_pb2_grpc.DraftServiceStub,
+        loop: asyncio.AbstractEventLoop,
+        round_timeout_s: float,
+        vocab_fingerprint: str = "",
+        deadline_s: float | None = None,
+    ) -> None:
         self.stub = stub
         self.loop = loop
         self.round_timeout_s = round_timeout_s
@@ -94,8 +100,10 @@ class RemoteDraftSession:
                 self.late = (future, time.monotonic())
                 return self._local_empty()
             future.cancel()
-            raise DraftUnavailableError(f"the draft missed its per-round deadline of {self.drafter.round_timeout_s * 1000:.0f} ms") from error
-        except Exception as error:  # noqa: BLE001 -- any failure of a remote draft means: go on without it
+            raise DraftUnavailableError(
+                f"the draft missed its per-round deadline of {self.drafter.round_timeout_s * 1000:.0f} ms"
+            ) from error
+        except Exception as error:
             raise _unavailable(error) from error
         block = self._checked_block(response, num_tokens)
         self.caught_up = self.caught_up or num_tokens > 0
@@ -120,7 +128,7 @@ class RemoteDraftSession:
         self.late = None
         try:
             future.result()
-        except Exception as error:  # noqa: BLE001 -- as in propose
+        except Exception as error:
             raise _unavailable(error) from error
         self.caught_up = True
         return True
@@ -132,21 +140,37 @@ class RemoteDraftSession:
         messages = []
         if self.call is None:
             request = self.request
-            messages.append(draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(
-                prompt_ids=request.prompt_ids, sampling=sampling_to_proto(request.sampling), seed=request.seed,
-                acceptance=acceptance_to_proto(request.acceptance), num_draft_tokens=0 if pending else num_tokens,
-                draft_top_k=request.draft_top_k, vocab_size=request.vocab_size, vocab_fingerprint=self.drafter.vocab_fingerprint,
-                tree_branching=request.tree.branching if request.tree else 0, tree_nodes=request.tree.max_nodes if request.tree else 0,
-                penalties=penalties_to_proto(request.penalties),
-                draft_ahead_tokens=0 if pending or num_tokens else request.draft_ahead_tokens,
-                grammar=request.constraint.grammar if request.constraint is not None else "",
-                min_tokens=request.min_tokens, stop_token_ids=request.stop_token_ids,
-            )))
+            messages.append(
+                draft_pb2.ProposeRequest(
+                    open=draft_pb2.ProposeOpen(
+                        prompt_ids=request.prompt_ids,
+                        sampling=sampling_to_proto(request.sampling),
+                        seed=request.seed,
+                        acceptance=acceptance_to_proto(request.acceptance),
+                        num_draft_tokens=0 if pending else num_tokens,
+                        draft_top_k=request.draft_top_k,
+                        vocab_size=request.vocab_size,
+                        vocab_fingerprint=self.drafter.vocab_fingerprint,
+                        tree_branching=request.tree.branching if request.tree else 0,
+                        tree_nodes=request.tree.max_nodes if request.tree else 0,
+                        penalties=penalties_to_proto(request.penalties),
+                        draft_ahead_tokens=0 if pending or num_tokens else request.draft_ahead_tokens,
+                        grammar=request.constraint.grammar if request.constraint is not None else "",
+                        min_tokens=request.min_tokens,
+                        stop_token_ids=request.stop_token_ids,
+                    )
+                )
+            )
             if not pending:
                 return messages
         num_accepted, appended, accepted_nodes = pending or (0, [], [])
-        messages.append(draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(
-            num_accepted=num_accepted, appended_ids=appended, num_draft_tokens=num_tokens, accepted_nodes=accepted_nodes)))
+        messages.append(
+            draft_pb2.ProposeRequest(
+                feedback=draft_pb2.ProposeFeedback(
+                    num_accepted=num_accepted, appended_ids=appended, num_draft_tokens=num_tokens, accepted_nodes=accepted_nodes
+                )
+            )
+        )
         return messages
 
     async def _exchange(self, messages: list[draft_pb2.ProposeRequest]) -> draft_pb2.ProposeResponse:
@@ -168,8 +192,9 @@ class RemoteDraftSession:
                 raise InvalidRequestError("draft.block.token_ids", f"{block.depth} candidates deep, but {num_tokens} were asked for")
             tree = self.request.tree
             if block.tree_parents is not None and (tree is None or len(block) > tree.max_nodes):
-                raise InvalidRequestError("draft.block.parent_indices", f"a tree of {len(block)} nodes, but the session allows "
-                                                                        f"{tree.max_nodes if tree else 0}")
+                raise InvalidRequestError(
+                    "draft.block.parent_indices", f"a tree of {len(block)} nodes, but the session allows {tree.max_nodes if tree else 0}"
+                )
         except InvalidRequestError as error:
             # A drafter that sends an invalid block is treated like one that failed: never trusted.
             raise DraftUnavailableError(f"the draft service sent an invalid block: {error}") from error
@@ -217,7 +242,7 @@ async def _finish(call: grpc.aio.StreamStreamCall, timeout_s: float = 1.0) -> No
 
     try:
         await asyncio.wait_for(drain(), timeout_s)
-    except Exception:  # noqa: BLE001 -- a failed or stalled draft: cancelling is all that is left
+    except Exception:  # noqa: BLE001, S110 -- a failed or stalled draft: cancelling is all that is left
         pass
     finally:
         call.cancel()

@@ -7,24 +7,26 @@ import re
 
 from pydantic import ValidationError
 
+from specdec.acceptance_modes import effective_acceptance, refusal, requested_acceptance
 from specdec.constraints.grammars import check_grammar_size
 from specdec.constraints.matcher import GrammarConstraint
-from specdec.limits import CHAT_ROLES, MAX_DRAFT_TOKENS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, TOOL_NAME_PATTERN
-from specdec.serving.config import SpecdecConfig
+from specdec.engines.base import TargetModel
 from specdec.enums import SpeculationPolicy
 from specdec.errors import InvalidRequestError, check_token_ids, field_path
-from specdec.engines.base import TargetModel
+from specdec.limits import CHAT_ROLES, MAX_DRAFT_TOKENS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, TOOL_NAME_PATTERN
 from specdec.prompts import encode_chat, encode_text
-from specdec.acceptance_modes import effective_acceptance, refusal, requested_acceptance
 from specdec.request import GenerationRequest
+from specdec.serving.config import SpecdecConfig
 from specdec.serving.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
 from specdec.serving.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = MAX_DRAFT_TOKENS  # a client-drafted block, as a draft service's
-_POLICY_FROM_PROTO = {verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy.AUTO,
-                      verify_pb2.SPECULATION_POLICY_AUTO: SpeculationPolicy.AUTO,
-                      verify_pb2.SPECULATION_POLICY_ALWAYS: SpeculationPolicy.ALWAYS}
+_POLICY_FROM_PROTO = {
+    verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy.AUTO,
+    verify_pb2.SPECULATION_POLICY_AUTO: SpeculationPolicy.AUTO,
+    verify_pb2.SPECULATION_POLICY_ALWAYS: SpeculationPolicy.ALWAYS,
+}
 
 
 def check_request_limits(options: verify_pb2.GenerationOptions) -> None:
@@ -47,13 +49,16 @@ def check_prompt_size(options: verify_pb2.GenerationOptions, max_context: int, m
     elif kind == "chat":
         messages = options.chat.messages
         if len(messages) > max_context:  # each message renders to at least one token
-            raise InvalidRequestError("options.chat.messages", f"{len(messages)} messages cannot fit in the model's context of {max_context} tokens")
+            raise InvalidRequestError(
+                "options.chat.messages", f"{len(messages)} messages cannot fit in the model's context of {max_context} tokens"
+            )
         size, limit, unit, field = _chat_chars(options.chat), max_chars, "characters", "options.chat.messages"
     else:
         size, limit, unit, field = len(options.text), max_chars, "characters", "options.text"
     if size > limit:
-        raise InvalidRequestError(field, f"{size} {unit} cannot fit in the model's context of {max_context} tokens "
-                                         f"(at most {limit} {unit}); shorten the prompt")
+        raise InvalidRequestError(
+            field, f"{size} {unit} cannot fit in the model's context of {max_context} tokens (at most {limit} {unit}); shorten the prompt"
+        )
     return size if unit == "characters" else 0
 
 
@@ -67,8 +72,10 @@ def check_prediction_size(prediction: str, max_context: int, max_chars: int) -> 
     """A prediction longer than any output the context can hold is refused before tokenizing it, as
     prompts are (check_prompt_size). Returns its characters."""
     if len(prediction) > max_chars:
-        raise InvalidRequestError("prediction", f"{len(prediction)} characters cannot fit in the model's context of {max_context} tokens "
-                                                f"(at most {max_chars} characters)")
+        raise InvalidRequestError(
+            "prediction",
+            f"{len(prediction)} characters cannot fit in the model's context of {max_context} tokens (at most {max_chars} characters)",
+        )
     return len(prediction)
 
 
@@ -94,9 +101,13 @@ def prompt_ids_from_options(options: verify_pb2.GenerationOptions, target: Targe
 def chat_turns(chat: verify_pb2.ChatMessages) -> list[ChatTurn]:
     for index, message in enumerate(chat.messages):
         if message.role not in CHAT_ROLES:
-            raise InvalidRequestError(f"options.chat.messages[{index}].role", f"must be one of {', '.join(CHAT_ROLES)}, got {message.role!r}")
-    return [ChatTurn(m.role, m.content, tuple(ToolCallText(c.id, c.name, c.arguments) for c in m.tool_calls), m.tool_call_id, m.name)
-            for m in chat.messages]
+            raise InvalidRequestError(
+                f"options.chat.messages[{index}].role", f"must be one of {', '.join(CHAT_ROLES)}, got {message.role!r}"
+            )
+    return [
+        ChatTurn(m.role, m.content, tuple(ToolCallText(c.id, c.name, c.arguments) for c in m.tool_calls), m.tool_call_id, m.name)
+        for m in chat.messages
+    ]
 
 
 def chat_tools(chat: verify_pb2.ChatMessages) -> list[dict]:
@@ -108,21 +119,30 @@ def chat_tools(chat: verify_pb2.ChatMessages) -> list[dict]:
     except ValueError as error:
         raise InvalidRequestError("options.chat.tools_json", f"is not JSON: {error}") from error
     if not isinstance(tools, list) or len(tools) > MAX_TOOLS or not all(map(_is_function_tool, tools)):
-        raise InvalidRequestError("options.chat.tools_json", f"must be a JSON array of at most {MAX_TOOLS} tools, each "
-                                                             '{"type": "function", "function": {"name": ..., "parameters": {...}}}')
+        raise InvalidRequestError(
+            "options.chat.tools_json",
+            f"must be a JSON array of at most {MAX_TOOLS} tools, each "
+            '{"type": "function", "function": {"name": ..., "parameters": {...}}}',
+        )
     return tools
 
 
 def _is_function_tool(tool) -> bool:
     """The shape the gateway's FunctionTool checks, as far as rendering the prompt relies on it."""
     function = tool.get("function") if isinstance(tool, dict) else None
-    return (isinstance(function, dict) and tool.get("type") == "function" and isinstance(function.get("name"), str)
-            and re.fullmatch(TOOL_NAME_PATTERN, function["name"]) is not None
-            and isinstance(function.get("parameters", {}), dict) and isinstance(function.get("description", ""), str))
+    return (
+        isinstance(function, dict)
+        and tool.get("type") == "function"
+        and isinstance(function.get("name"), str)
+        and re.fullmatch(TOOL_NAME_PATTERN, function["name"]) is not None
+        and isinstance(function.get("parameters", {}), dict)
+        and isinstance(function.get("description", ""), str)
+    )
 
 
-def generation_request(options: verify_pb2.GenerationOptions, target: TargetModel, config: SpecdecConfig, prediction: str = "",
-                       **overrides) -> GenerationRequest:
+def generation_request(
+    options: verify_pb2.GenerationOptions, target: TargetModel, config: SpecdecConfig, prediction: str = "", **overrides
+) -> GenerationRequest:
     """Build and validate; every problem is an InvalidRequestError naming its field. `prediction`:
     the text of OpenAI predicted outputs (Generate's), tokenized here like the prompt."""
     fields = {
@@ -133,8 +153,10 @@ def generation_request(options: verify_pb2.GenerationOptions, target: TargetMode
         "ignore_eos": options.ignore_eos,
         "min_tokens": options.min_tokens,
         # The request's mode, else the config's, else coupled for a seeded request (its text is the seed's under any load).
-        "acceptance": requested_acceptance(acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
-                                           seeded=options.HasField("seed")),
+        "acceptance": requested_acceptance(
+            acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
+            seeded=options.HasField("seed"),
+        ),
         "num_draft_tokens": config.speculative.draft_tokens,
         "adaptive_k": config.speculative.adaptive_k,
         "min_draft_tokens": config.speculative.min_draft_tokens,

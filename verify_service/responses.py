@@ -10,29 +10,44 @@ from specdec.target_session import TargetSession
 from specdec.v1 import verify_pb2
 
 
-def generate_response(chunk: GenerationChunk, request: GenerationRequest, stats: GenerationStats, completion_tokens: int,
-                      tokenizer, provenance: bool = False) -> verify_pb2.GenerateResponse:
+def generate_response(
+    chunk: GenerationChunk, request: GenerationRequest, stats: GenerationStats, completion_tokens: int, tokenizer, provenance: bool = False
+) -> verify_pb2.GenerateResponse:
     message = verify_pb2.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, seed=request.seed)
     message.logprobs.extend(_logprob(entry, tokenizer) for entry in chunk.logprobs)
     if provenance:
-        message.tokens.extend(verify_pb2.TokenProvenance(source=source_to_proto(source), text=text)
-                              for source, text in zip(chunk.sources, chunk.token_texts, strict=True))
+        message.tokens.extend(
+            verify_pb2.TokenProvenance(source=source_to_proto(source), text=text)
+            for source, text in zip(chunk.sources, chunk.token_texts, strict=True)
+        )
     if chunk.round is not None:
         info = chunk.round
-        message.round.CopyFrom(verify_pb2.RoundStats(
-            num_candidates=info.num_candidates, num_accepted=info.num_accepted, draft_ms=info.draft_ms,
-            target_ms=info.target_ms, transport_ms=info.transport_ms, fallback=info.fallback,
-        ))
+        message.round.CopyFrom(
+            verify_pb2.RoundStats(
+                num_candidates=info.num_candidates,
+                num_accepted=info.num_accepted,
+                draft_ms=info.draft_ms,
+                target_ms=info.target_ms,
+                transport_ms=info.transport_ms,
+                fallback=info.fallback,
+            )
+        )
     # Every message: the counts so far, so the gateway can stream usage (stream_options.continuous_usage_stats).
     message.usage.CopyFrom(_usage(len(request.prompt_ids), completion_tokens))
     message.usage.accepted_prediction_tokens = stats.accepted_prediction_tokens
     message.usage.rejected_prediction_tokens = stats.rejected_prediction_tokens
     if chunk.finish_reason is not None:
         message.finish_reason = chunk.finish_reason
-        message.summary.CopyFrom(verify_pb2.SpeculativeSummary(
-            enabled=request.speculative, rounds=stats.rounds, draft_tokens=stats.draft_tokens,
-            accepted_tokens=stats.accepted_tokens, acceptance_rate=stats.acceptance_rate, fallback=stats.fallback,
-        ))
+        message.summary.CopyFrom(
+            verify_pb2.SpeculativeSummary(
+                enabled=request.speculative,
+                rounds=stats.rounds,
+                draft_tokens=stats.draft_tokens,
+                accepted_tokens=stats.accepted_tokens,
+                acceptance_rate=stats.acceptance_rate,
+                fallback=stats.fallback,
+            )
+        )
     return message
 
 
@@ -53,7 +68,9 @@ def verify_response(session: TargetSession, verdict: RoundVerdict | None, chunk:
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> verify_pb2.Usage:
-    return verify_pb2.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+    return verify_pb2.Usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
 
 
 def _logprob(entry: TokenLogprob, tokenizer) -> verify_pb2.TokenLogprob:

@@ -8,11 +8,11 @@ import time
 
 import grpc
 
-from specdec.serving.config import SpecdecConfig
 from specdec.engine import check_tree_support
+from specdec.engines import TargetModel, load_engine
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits
-from specdec.engines import TargetModel, load_engine
+from specdec.serving.config import SpecdecConfig
 from specdec.serving.rpc.server import aio_channel, run_until_signalled, set_serving
 from specdec.serving.rpc.server import create_server as create_grpc_server
 from specdec.v1 import common_pb2, draft_pb2_grpc, verify_pb2, verify_pb2_grpc
@@ -31,8 +31,9 @@ class VerifyServer:
         self.config = config
         self.service_names = SERVICE_NAMES
         self.servicer = VerifyServicer(config)
-        self.server, self.port, self.health = create_grpc_server(address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls,
-                                                                 owner="verify service")
+        self.server, self.port, self.health = create_grpc_server(
+            address or f"{settings.host}:{settings.port}", SERVICE_NAMES, config.tls, owner="verify service"
+        )
         verify_pb2_grpc.add_VerifyServiceServicer_to_server(self.servicer, self.server)
         self.draft_channel: grpc.aio.Channel | None = None
 
@@ -54,8 +55,12 @@ class VerifyServer:
         if not settings.draft_endpoint or not self.config.speculative.enabled:
             return None
         self.draft_channel = aio_channel(settings.draft_endpoint, self.config.tls)
-        return RemoteDrafter(draft_pb2_grpc.DraftServiceStub(self.draft_channel), asyncio.get_running_loop(),
-                             settings.draft_round_timeout_ms / 1000, vocab_fingerprint="")
+        return RemoteDrafter(
+            draft_pb2_grpc.DraftServiceStub(self.draft_channel),
+            asyncio.get_running_loop(),
+            settings.draft_round_timeout_ms / 1000,
+            vocab_fingerprint="",
+        )
 
     async def _check_draft(self, drafter: RemoteDrafter) -> None:
         """Warn early about an unreachable or incompatible draft; requests fall back either way."""
@@ -63,12 +68,18 @@ class VerifyServer:
         try:
             status = await drafter.stub.Status(common_pb2.ServerStatusRequest(), timeout=2.0)
         except grpc.aio.AioRpcError as error:
-            log.warning("draft service %s not reachable yet (%s); generating with the target alone until it is",
-                        self.config.verify_service.draft_endpoint, error.code().name)
+            log.warning(
+                "draft service %s not reachable yet (%s); generating with the target alone until it is",
+                self.config.verify_service.draft_endpoint,
+                error.code().name,
+            )
             return
         if status.vocab_fingerprint and status.vocab_fingerprint != drafter.vocab_fingerprint:
-            log.error("draft service %s has a different vocabulary from the target: it will be refused and every "
-                      "request will decode with the target alone", self.config.verify_service.draft_endpoint)
+            log.error(
+                "draft service %s has a different vocabulary from the target: it will be refused and every "
+                "request will decode with the target alone",
+                self.config.verify_service.draft_endpoint,
+            )
 
     async def stop(self, grace: float = 5.0) -> None:
         await set_serving(self.health, SERVICE_NAMES, False)

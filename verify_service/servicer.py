@@ -11,28 +11,34 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
+from specdec.acceptance_modes import rule
 from specdec.batching import SequenceRunner
 from specdec.batching.service import service_batching
-from specdec.serving.config import SpecdecConfig
-from specdec.acceptance_modes import rule
+from specdec.engines.base import TargetModel
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
-from specdec.serving.device_metrics import track_cuda
-from specdec.serving.metrics import VerifyMetrics
-from specdec.serving.pacing import KeyedRefusalPacing
-from specdec.engines.base import TargetModel
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
 from specdec.request import GenerationStats
+from specdec.serving.config import SpecdecConfig
+from specdec.serving.device_metrics import track_cuda
+from specdec.serving.metrics import VerifyMetrics
+from specdec.serving.pacing import KeyedRefusalPacing
 from specdec.serving.rpc.convert import block_from_proto, vocab_fingerprint
 from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.serving.rpc.streams import StreamGate
 from specdec.target_session import TargetSession
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 from verify_service.remote_drafter import RemoteDrafter
-from verify_service.requests import (VERIFY_MAX_CANDIDATES, check_prediction_size, check_prompt_size, check_request_limits, generate_overrides,
-                                     generation_request)
+from verify_service.requests import (
+    VERIFY_MAX_CANDIDATES,
+    check_prediction_size,
+    check_prompt_size,
+    check_request_limits,
+    generate_overrides,
+    generation_request,
+)
 from verify_service.responses import generate_response, verify_response
 
 log = logging.getLogger(__name__)
@@ -82,8 +88,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the target model is still loading")
         return self.target
 
-    async def _generation_request(self, options: verify_pb2.GenerationOptions, target: TargetModel, context,
-                                  overrides: Callable[[], dict]):
+    async def _generation_request(self, options: verify_pb2.GenerationOptions, target: TargetModel, context, overrides: Callable[[], dict]):
         """Check the cheap limits (here, on the loop), then tokenize, validate and compile the grammar in a
         prep worker; `overrides()` gives the request-level fields (refused with the rest)."""
         try:
@@ -103,8 +108,9 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         Returns the characters there are to tokenize."""
         try:
             check_request_limits(options)
-            return (check_prompt_size(options, target.max_context, self.max_prompt_chars)
-                    + check_prediction_size(prediction, target.max_context, self.max_prompt_chars))
+            return check_prompt_size(options, target.max_context, self.max_prompt_chars) + check_prediction_size(
+                prediction, target.max_context, self.max_prompt_chars
+            )
         except InvalidRequestError:
             await self.oversized.pace(context.peer())
             raise
@@ -188,14 +194,20 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         if message.WhichOneof("message") != "block":
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the session is already open: send candidate blocks")
         if session.finished:
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"the generation has finished ({session.output.finish_reason}); close the stream")
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, f"the generation has finished ({session.output.finish_reason}); close the stream"
+            )
         try:
             if message.block.parent_indices:
                 raise InvalidRequestError("block.parent_indices", "the Verify RPC verifies chains only: send no parent_indices")
             if len(message.block.token_ids) > session.draft_budget():
-                raise InvalidRequestError("block.token_ids", f"{len(message.block.token_ids)} candidates, but this round's budget is "
-                                                             f"{session.draft_budget()} (max_candidates)")
-            block = await run_in_thread(self.prep, block_from_proto, message.block, session.target.vocab_size, rule(session.mode).needs_draft_probs)
+                raise InvalidRequestError(
+                    "block.token_ids",
+                    f"{len(message.block.token_ids)} candidates, but this round's budget is {session.draft_budget()} (max_candidates)",
+                )
+            block = await run_in_thread(
+                self.prep, block_from_proto, message.block, session.target.vocab_size, rule(session.mode).needs_draft_probs
+            )
             verdict, chunk = await self._run(session.step, block)
         except Exception as error:  # noqa: BLE001
             await abort_for(context, error)
@@ -211,8 +223,6 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             status.vocab_fingerprint, status.max_context = self.fingerprint, target.max_context
             status.max_prompt_chars = self.max_prompt_chars
         return status
-
-
 
 
 class _EmitTiming:

@@ -55,15 +55,20 @@ class KVBudget:
     def reserve(self, tokens: int, timeout_s: float | None, what: str = "max_tokens") -> None:
         """Take `tokens` for a new session, waiting up to `timeout_s` for room."""
         if self.capacity_tokens is not None and tokens > self.capacity_tokens:
-            raise InvalidRequestError(what, f"this request needs {tokens} tokens of KV cache but the whole cache budget holds "
-                                            f"{self.capacity_tokens}; ask for fewer tokens, or raise kv_cache_bytes / kv_cache_fraction")
+            raise InvalidRequestError(
+                what,
+                f"this request needs {tokens} tokens of KV cache but the whole cache budget holds "
+                f"{self.capacity_tokens}; ask for fewer tokens, or raise kv_cache_bytes / kv_cache_fraction",
+            )
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._freed:
             while not self._fits(tokens):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise CapacityError(f"the KV cache is full ({self.used_tokens} of {self.capacity_tokens} tokens held by "
-                                        f"{self.sessions} sessions) and no room freed within {timeout_s:.1f} s; retry later")
+                    raise CapacityError(
+                        f"the KV cache is full ({self.used_tokens} of {self.capacity_tokens} tokens held by "
+                        f"{self.sessions} sessions) and no room freed within {timeout_s:.1f} s; retry later"
+                    )
                 self._freed.wait(remaining)
             self.used_tokens += tokens
             self.sessions += 1
@@ -113,8 +118,10 @@ class SessionKV:
             return
         capacity = max(tokens, 2 * self.capacity)
         if not self.budget.try_grow(capacity - self.capacity):
-            raise CapacityError(f"the KV cache budget has no room to grow this session to {tokens} tokens "
-                                f"({self.budget.used_tokens} of {self.budget.capacity_tokens} in use)")
+            raise CapacityError(
+                f"the KV cache budget has no room to grow this session to {tokens} tokens "
+                f"({self.budget.used_tokens} of {self.budget.capacity_tokens} in use)"
+            )
         for cache in (self.keys, self.values):
             for layer, old in enumerate(cache):
                 cache[layer] = self._empty(capacity)

@@ -15,10 +15,18 @@ class BatchMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.batch_size = Histogram("specdec_batch_size", "Sessions sharing one forward pass", registry=registry, buckets=_BATCH_BUCKETS)
         self.batch_tokens = Histogram("specdec_batch_tokens", "Tokens fed in one forward pass", registry=registry, buckets=_TOKEN_BUCKETS)
-        self.kv_tokens = Gauge("specdec_kv_cache_tokens", "KV cache tokens reserved by sessions (used) and left in the budget (free)",
-                               ["state"], registry=registry)
-        self.kv_bytes = Gauge("specdec_kv_cache_bytes", "KV cache memory reserved by sessions (used) and left in the budget (free)",
-                              ["state"], registry=registry)
+        self.kv_tokens = Gauge(
+            "specdec_kv_cache_tokens",
+            "KV cache tokens reserved by sessions (used) and left in the budget (free)",
+            ["state"],
+            registry=registry,
+        )
+        self.kv_bytes = Gauge(
+            "specdec_kv_cache_bytes",
+            "KV cache memory reserved by sessions (used) and left in the budget (free)",
+            ["state"],
+            registry=registry,
+        )
         self.kv_sessions = Gauge("specdec_kv_cache_sessions", "Sessions holding a KV cache", registry=registry)
         self.budget: KVBudget | None = None  # known from the first pass; read at scrape time
         self.kv_tokens.labels("used").set_function(lambda: self._read("used_tokens"))

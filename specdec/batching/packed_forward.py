@@ -120,9 +120,16 @@ def _spans(rows: list[PackedRow]) -> list[tuple[int, int]]:
     return spans
 
 
-def _attention(attention: nn.Module, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,  # hidden [1, total, h]; cos/sin [total, d]
-               rows: list[PackedRow], spans: list[tuple[int, int]], masks: list[torch.Tensor | None],  # masks[i]: [new_i, end_i] bool
-               layer: int) -> torch.Tensor:  # -> [1, total, h]
+def _attention(
+    attention: nn.Module,
+    hidden: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,  # hidden [1, total, h]; cos/sin [total, d]
+    rows: list[PackedRow],
+    spans: list[tuple[int, int]],
+    masks: list[torch.Tensor | None],  # masks[i]: [new_i, end_i] bool
+    layer: int,
+) -> torch.Tensor:  # -> [1, total, h]
     total, head_dim = hidden.shape[1], attention.head_dim
     queries = attention.q_proj(hidden).view(total, -1, head_dim).transpose(0, 1)  # [heads, total, d]
     keys = attention.k_proj(hidden).view(total, -1, head_dim).transpose(0, 1)  # [kv_heads, total, d]
@@ -131,9 +138,16 @@ def _attention(attention: nn.Module, hidden: torch.Tensor, cos: torch.Tensor, si
     outputs = []
     for row, (begin, end), mask in zip(rows, spans, masks):
         cached_keys, cached_values = row.kv.write(layer, row.start, keys[:, begin:end], values[:, begin:end])
-        outputs.append(nn.functional.scaled_dot_product_attention(
-            queries[None, :, begin:end], cached_keys[None], cached_values[None], attn_mask=mask,
-            scale=attention.scaling, enable_gqa=True)[0])
+        outputs.append(
+            nn.functional.scaled_dot_product_attention(
+                queries[None, :, begin:end],
+                cached_keys[None],
+                cached_values[None],
+                attn_mask=mask,
+                scale=attention.scaling,
+                enable_gqa=True,
+            )[0]
+        )
     attended = torch.cat(outputs, dim=1).transpose(0, 1).reshape(1, total, -1)  # [1, total, heads * d]
     return attention.o_proj(attended)
 
@@ -144,7 +158,7 @@ def _positions(row: PackedRow) -> torch.Tensor:  # [new] int64, the rotary posit
         return torch.arange(row.start, row.end, device=device)
     depths = torch.tensor(node_depths(row.tree_parents), device=device)  # [tree]
     slot_positions = torch.cat([torch.arange(row.tree_start, device=device), row.tree_start - 1 + depths])  # [end]
-    return slot_positions[row.start:]
+    return slot_positions[row.start :]
 
 
 def _attention_mask(row: PackedRow) -> torch.Tensor | None:  # [new, start + new] bool, True = may attend
@@ -159,7 +173,7 @@ def _attention_mask(row: PackedRow) -> torch.Tensor | None:  # [new, start + new
         # NOTE: tree nodes replace the causal rule inside the tree with ancestors-or-self; what lies
         # before the tree stays visible to them in full.
         tree_rows = max(0, tree_start - row.start)
-        mask[tree_rows:, tree_start:] = ancestor_mask(row.tree_parents, device)[row.start + tree_rows - tree_start:]
+        mask[tree_rows:, tree_start:] = ancestor_mask(row.tree_parents, device)[row.start + tree_rows - tree_start :]
     return mask
 
 

@@ -113,7 +113,6 @@ def default_runner(model: PreTrainedModel, options: BatchingOptions | None = Non
     parts = model_parts(model)
     if parts is None:
         if options is not None and options.max_batch_size > 1:
-            log.warning("%s: the packed pass does not support this architecture; its sessions run one at a time",
-                        model.config.model_type)
+            log.warning("%s: the packed pass does not support this architecture; its sessions run one at a time", model.config.model_type)
         return SerialRunner(model)
     return BatchedRunner(parts, options)

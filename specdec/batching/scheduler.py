@@ -40,8 +40,13 @@ class _Job:
 
 
 class BatchScheduler:
-    def __init__(self, run_batch: RunBatch, max_batch_size: int = 1, max_wait_s: float = 0.002,
-                 on_batch: Callable[[list[PackedRow]], None] | None = None) -> None:
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        max_batch_size: int = 1,
+        max_wait_s: float = 0.002,
+        on_batch: Callable[[list[PackedRow]], None] | None = None,
+    ) -> None:
         self.run_batch = run_batch
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s

@@ -162,12 +162,19 @@ def summarize(records: list[Record], wall_s: float) -> dict:
     drafting = [r for r in records if r.draft_tokens]
     drafted, accepted = sum(r.draft_tokens for r in records), sum(r.accepted_tokens for r in records)
     return {
-        "requests": len(records), "completion_tokens": tokens, "wall_s": wall_s, "tokens_per_s": ratio(tokens, wall_s),
+        "requests": len(records),
+        "completion_tokens": tokens,
+        "wall_s": wall_s,
+        "tokens_per_s": ratio(tokens, wall_s),
         "ttft_ms": distribution([r.ttft_s for r in records], 1e3),
         "itl_ms": distribution([gap for r in records for gap in r.itl_s], 1e3),
         "e2e_s": distribution([r.e2e_s for r in records]),
-        "rounds": rounds, "draft_tokens": drafted, "accepted_tokens": accepted, "acceptance_rate": ratio(accepted, drafted),
-        "mean_accepted_length": None if not rounds else 1 + accepted / rounds, "fallbacks": sum(r.fallback for r in records),
+        "rounds": rounds,
+        "draft_tokens": drafted,
+        "accepted_tokens": accepted,
+        "acceptance_rate": ratio(accepted, drafted),
+        "mean_accepted_length": None if not rounds else 1 + accepted / rounds,
+        "fallbacks": sum(r.fallback for r in records),
         # Requests that drafted at all, and their own mean acceptance: a speedup measured while the
         # load-aware policy (or a fallback) kept drafting off is not a speculative one.
         "drafted_requests": len(drafting),
@@ -180,11 +187,15 @@ def compare(records: list[Record], wall: dict[str, float]) -> dict:
     e2e = {(r.prompt, r.mode): r.e2e_s for r in records}
     # Per prompt off/on, so above 1 means faster with speculation, like the speedup.
     pairs = [e2e[(p, "off")] / e2e[(p, "on")] for p, mode in e2e if mode == "on" and (p, "off") in e2e]
-    return {"modes": modes, "speedup": ratio(modes["on"]["tokens_per_s"], modes["off"]["tokens_per_s"]),
-            "latency_ratio_p50": percentile(pairs, 50), "acceptance_rate": modes["on"]["acceptance_rate"],
-            "mean_accepted_length": modes["on"]["mean_accepted_length"],
-            "drafted_share": ratio(modes["on"]["drafted_requests"], modes["on"]["requests"]),
-            "drafted_mean_acceptance": modes["on"]["drafted_mean_acceptance"]}
+    return {
+        "modes": modes,
+        "speedup": ratio(modes["on"]["tokens_per_s"], modes["off"]["tokens_per_s"]),
+        "latency_ratio_p50": percentile(pairs, 50),
+        "acceptance_rate": modes["on"]["acceptance_rate"],
+        "mean_accepted_length": modes["on"]["mean_accepted_length"],
+        "drafted_share": ratio(modes["on"]["drafted_requests"], modes["on"]["requests"]),
+        "drafted_mean_acceptance": modes["on"]["drafted_mean_acceptance"],
+    }
 
 
 def by_category(records: list[Record]) -> dict[str, dict]:
@@ -200,8 +211,12 @@ class Gateway:
     def __init__(self, url: str, api_key: str | None, connections: int) -> None:
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(600, connect=10),
-                                 limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections))
+        self.http = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(600, connect=10),
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        )
 
     @contextlib.contextmanager
     def _reachable(self):
@@ -241,7 +256,7 @@ class Gateway:
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                chunk = json.loads(line[len("data: "):])
+                chunk = json.loads(line[len("data: ") :])
                 if "error" in chunk:
                     raise SpecdecError(f"the gateway failed mid-stream: {_message(json.dumps(chunk))}")
                 if any((choice.get("delta") or {}).get("content") for choice in chunk.get("choices") or []):
@@ -265,9 +280,20 @@ def make_record(index: int, prompt: Prompt, mode: str, timing: tuple[float, list
     # A chunk carries a whole round's tokens and the stream does not say how many: spread each gap
     # over the mean tokens per chunk (exact with speculation off, where a chunk is one token).
     per_chunk = tokens / len(arrivals) if arrivals else 1.0
-    return Record(index, prompt.category, mode, (arrivals[0] if arrivals else ended) - started, ended - started, tokens,
-                  len(arrivals), spec.get("rounds", 0), spec.get("draft_tokens", 0), spec.get("accepted_tokens", 0),
-                  bool(spec.get("fallback")), [(b - a) / per_chunk for a, b in itertools.pairwise(arrivals)])
+    return Record(
+        index,
+        prompt.category,
+        mode,
+        (arrivals[0] if arrivals else ended) - started,
+        ended - started,
+        tokens,
+        len(arrivals),
+        spec.get("rounds", 0),
+        spec.get("draft_tokens", 0),
+        spec.get("accepted_tokens", 0),
+        bool(spec.get("fallback")),
+        [(b - a) / per_chunk for a, b in itertools.pairwise(arrivals)],
+    )
 
 
 def request_body(options: BenchOptions, model: str, prompt: Prompt, mode: str) -> dict:
@@ -275,8 +301,16 @@ def request_body(options: BenchOptions, model: str, prompt: Prompt, mode: str) -
     policy = {"policy": options.speculation_policy} if options.speculation_policy else {}
     acceptance = {"acceptance": options.acceptance} if options.acceptance else {}
     speculative = {"enabled": True, **draft_tokens, **acceptance, **policy} if mode == "on" else {"enabled": False}
-    return {"model": model, "messages": prompt.messages, "max_tokens": options.max_tokens, "temperature": options.temperature,
-            "seed": options.seed, "stream": True, "stream_options": {"include_usage": True}, "speculative": speculative}
+    return {
+        "model": model,
+        "messages": prompt.messages,
+        "max_tokens": options.max_tokens,
+        "temperature": options.temperature,
+        "seed": options.seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "speculative": speculative,
+    }
 
 
 def run_level(gateway: Gateway, body, prompts: list[Prompt], concurrency: int, refused: dict, bar) -> tuple[list[Record], dict]:
@@ -325,8 +359,14 @@ def run_bench(options: BenchOptions) -> dict:
         warm_up(gateway, body, prompts)
         for concurrency in options.concurrency:
             records, wall = run_level(gateway, body, prompts, concurrency, refused, bar)
-            levels.append({"concurrency": concurrency, **compare(records, wall), "categories": by_category(records),
-                           "requests": [{k: v for k, v in asdict(r).items() if k != "itl_s"} for r in records]})
+            levels.append(
+                {
+                    "concurrency": concurrency,
+                    **compare(records, wall),
+                    "categories": by_category(records),
+                    "requests": [{k: v for k, v in asdict(r).items() if k != "itl_s"} for r in records],
+                }
+            )
         baselines = {}
         if options.baseline == "hf":
             from specdec.cli.bench_hf import hf_baseline
@@ -336,10 +376,17 @@ def run_bench(options: BenchOptions) -> dict:
         raise SpecdecError(f"the gateway refused every prompt: {next(iter(refused.values()))}")
     hidden = ("api_key", "command", "out", "plot")  # never write the key
     settings = {key: str(value) if isinstance(value, Path) else value for key, value in asdict(options).items() if key not in hidden}
-    results = {"command": options.command, "timestamp": started.isoformat(timespec="seconds"), "url": options.url,
-               "model": model, "settings": settings, "prompts": len(prompts) - len(refused),
-               "skipped": [{"id": prompts[i].id, "category": prompts[i].category, "reason": why} for i, why in sorted(refused.items())],
-               "levels": levels, "baselines": baselines}
+    results = {
+        "command": options.command,
+        "timestamp": started.isoformat(timespec="seconds"),
+        "url": options.url,
+        "model": model,
+        "settings": settings,
+        "prompts": len(prompts) - len(refused),
+        "skipped": [{"id": prompts[i].id, "category": prompts[i].category, "reason": why} for i, why in sorted(refused.items())],
+        "levels": levels,
+        "baselines": baselines,
+    }
     write_outputs(results, Path(options.out or f"bench-results/{started:%Y%m%d-%H%M%S}"), options.plot)
     return results
 

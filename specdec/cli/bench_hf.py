@@ -50,8 +50,15 @@ def run_hf_baseline(prompts: list, target_path: str, draft_path: str, max_tokens
 @torch.no_grad()
 def _timed_generate(target, input_ids: torch.Tensor, max_tokens: int, assistant: dict) -> tuple[int, float]:
     started = time.perf_counter()
-    output = target.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=max_tokens, do_sample=False,
-                                   eos_token_id=sorted(target.eos_token_ids), pad_token_id=target.tokenizer.pad_token_id, **assistant)
+    output = target.model.generate(
+        input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        max_new_tokens=max_tokens,
+        do_sample=False,
+        eos_token_id=sorted(target.eos_token_ids),
+        pad_token_id=target.tokenizer.pad_token_id,
+        **assistant,
+    )
     return output.shape[1] - input_ids.shape[1], time.perf_counter() - started
 
 
@@ -86,9 +93,31 @@ def render_hf(results: dict) -> list[str]:
     if not hf or single is None:
         return []
     groups = [("overall", single, hf), *((name, entry, hf["categories"].get(name, {})) for name, entry in single["categories"].items())]
-    rows = [[name, fmt(ours["modes"]["on"]["tokens_per_s"], 1), fmt(ours["modes"]["off"]["tokens_per_s"], 1), fmt(ours["speedup"]),
-             fmt(theirs.get("tokens_per_s", {}).get("assisted"), 1), fmt(theirs.get("tokens_per_s", {}).get("target_only"), 1),
-             fmt(theirs.get("speedup"))] for name, ours, theirs in groups]
-    return ["", "## Hugging Face generate() baseline (in-process, batch 1, same pair and prompts)",
-            *table(["category", "specdec tok/s on", "specdec tok/s off", "specdec speedup", "HF assisted tok/s", "HF target-only tok/s",
-                     "HF assisted speedup"], rows)]
+    rows = [
+        [
+            name,
+            fmt(ours["modes"]["on"]["tokens_per_s"], 1),
+            fmt(ours["modes"]["off"]["tokens_per_s"], 1),
+            fmt(ours["speedup"]),
+            fmt(theirs.get("tokens_per_s", {}).get("assisted"), 1),
+            fmt(theirs.get("tokens_per_s", {}).get("target_only"), 1),
+            fmt(theirs.get("speedup")),
+        ]
+        for name, ours, theirs in groups
+    ]
+    return [
+        "",
+        "## Hugging Face generate() baseline (in-process, batch 1, same pair and prompts)",
+        *table(
+            [
+                "category",
+                "specdec tok/s on",
+                "specdec tok/s off",
+                "specdec speedup",
+                "HF assisted tok/s",
+                "HF target-only tok/s",
+                "HF assisted speedup",
+            ],
+            rows,
+        ),
+    ]

@@ -21,11 +21,22 @@ from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 _SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p"}
 _OPTION_FIELDS = {"seed", "stop", "max_tokens", "ignore_eos", "min_tokens", "acceptance"}
 _PENALTY_FIELDS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"}
-_REQUEST_FIELDS = {"speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy",
-                   "provenance", "prediction"}
+_REQUEST_FIELDS = {
+    "speculative",
+    "num_draft_tokens",
+    "logprobs",
+    "top_logprobs",
+    "request_id",
+    "speculation_policy",
+    "provenance",
+    "prediction",
+}
 _POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
-_ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED,
-               "greedy": common_pb2.ACCEPTANCE_MODE_GREEDY}
+_ACCEPTANCE = {
+    "rejection": common_pb2.ACCEPTANCE_MODE_REJECTION,
+    "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED,
+    "greedy": common_pb2.ACCEPTANCE_MODE_GREEDY,
+}
 
 Prompt = str | Sequence[dict] | Sequence[int]  # text, chat messages, or token ids
 
@@ -133,7 +144,9 @@ class VerifySession:
         self._responses = stub.Verify(iter(self._requests.get, None), timeout=timeout)
         self.opened: verify_pb2.VerifyResponse = next(self._responses)
 
-    def verify(self, token_ids: Sequence[int], draft_probs: Sequence[tuple[Sequence[int], Sequence[float]]] | None = None) -> verify_pb2.VerifyResponse:
+    def verify(
+        self, token_ids: Sequence[int], draft_probs: Sequence[tuple[Sequence[int], Sequence[float]]] | None = None
+    ) -> verify_pb2.VerifyResponse:
         """Send candidates (with their q as (ids, probs) per candidate, for rejection mode)."""
         block = common_pb2.CandidateBlock(token_ids=list(token_ids))
         for ids, probs in draft_probs or []:

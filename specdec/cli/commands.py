@@ -100,7 +100,8 @@ def make_draft(args: argparse.Namespace) -> int:
 
     from specdec.bundled import BUNDLED_MODELS, bundled_model_path
     from specdec.default_models import TARGET_NAME, models_dir
-    from specdec.make_draft import check_quant_type, make_draft as build
+    from specdec.make_draft import check_quant_type
+    from specdec.make_draft import make_draft as build
 
     check_quant_type(args.type)
     target = args.target or TARGET_NAME
@@ -176,8 +177,16 @@ def _serve_gateway(config: SpecdecConfig) -> int:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     # SIGINT/SIGTERM: uvicorn stops accepting, lets open responses finish, then exits.
     # log_config=None: uvicorn keeps our JSON logging instead of installing its own text format.
-    server = uvicorn.Server(uvicorn.Config(create_app(config), host=settings.host, port=settings.port, log_level=config.observability.log_level,
-                                           log_config=None, timeout_graceful_shutdown=10))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            host=settings.host,
+            port=settings.port,
+            log_level=config.observability.log_level,
+            log_config=None,
+            timeout_graceful_shutdown=10,
+        )
+    )
     # uvicorn does not log where it listens when it is given the socket.
     logging.getLogger(__name__).info("gateway on http://%s:%d", settings.host, sock.getsockname()[1])
     try:
@@ -200,11 +209,23 @@ def up(args: argparse.Namespace) -> int:
         load_config(config_file)  # fail fast, in one line, on a bad file
     for flag, source in (("--target", args.target), ("--draft", args.draft)):
         _check_local_model(flag, source)  # before any service starts: the draft would otherwise fail first, about something else
-    return run_up(UpPlan(config_file=config_file, target=args.target, draft=args.draft, draft_method=args.draft_method,
-                         gateway_port=args.gateway_port, draft_port=args.draft_port, verify_port=args.verify_port,
-                         draft_metrics_port=args.draft_metrics_port, verify_metrics_port=args.verify_metrics_port, tiny=args.tiny,
-                         num_draft_tokens=args.num_draft_tokens, gguf_threads=args.gguf_threads,
-                         restart_policy=RestartPolicy(crash_limit=args.crash_limit, crash_window_s=args.crash_window)))
+    return run_up(
+        UpPlan(
+            config_file=config_file,
+            target=args.target,
+            draft=args.draft,
+            draft_method=args.draft_method,
+            gateway_port=args.gateway_port,
+            draft_port=args.draft_port,
+            verify_port=args.verify_port,
+            draft_metrics_port=args.draft_metrics_port,
+            verify_metrics_port=args.verify_metrics_port,
+            tiny=args.tiny,
+            num_draft_tokens=args.num_draft_tokens,
+            gguf_threads=args.gguf_threads,
+            restart_policy=RestartPolicy(crash_limit=args.crash_limit, crash_window_s=args.crash_window),
+        )
+    )
 
 
 def _check_local_model(flag: str, source: str | None) -> None:
@@ -283,8 +304,11 @@ def check_lossless(args: argparse.Namespace) -> int:
     if args.samples < REJECTION_PROMPTS:
         raise SpecdecError(f"--samples: at least {REJECTION_PROMPTS} (the rejection check splits them over {REJECTION_PROMPTS} prompts)")
     if (best := best_case_detectable_tv(args.samples)) > USEFUL_TV:
-        print(f"specdec: warning: --samples {args.samples}: the rejection check cannot detect a total-variation distance below "
-              f"{best:.2f} even at best (power {POWER}, alpha {SIGNIFICANCE}); the distance shrinks as 1/sqrt(samples)", file=sys.stderr)
+        print(
+            f"specdec: warning: --samples {args.samples}: the rejection check cannot detect a total-variation distance below "
+            f"{best:.2f} even at best (power {POWER}, alpha {SIGNIFICANCE}); the distance shrinks as 1/sqrt(samples)",
+            file=sys.stderr,
+        )
     started = time.perf_counter()
     results = run(args.url, args.api_key, args.model, min(args.prompts, 12), args.max_tokens, args.samples)
     for result in results:
@@ -303,12 +327,24 @@ def bench(args: argparse.Namespace) -> int:
     if args.limit < 1 or args.max_tokens < 1:
         raise SpecdecError(f"{'--limit' if args.limit < 1 else '--max-tokens'}: must be at least 1")
     options = BenchOptions(
-        url=args.url, api_key=args.api_key, model=args.model, prompts=args.prompts or DEFAULT_PROMPTS, limit=args.limit,
+        url=args.url,
+        api_key=args.api_key,
+        model=args.model,
+        prompts=args.prompts or DEFAULT_PROMPTS,
+        limit=args.limit,
         categories=[c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None,
-        concurrency=parse_int_list(args.concurrency, "--concurrency"), max_tokens=args.max_tokens, temperature=args.temperature,
-        seed=args.seed, num_draft_tokens=args.num_draft_tokens, acceptance=args.acceptance, speculation_policy=args.speculation_policy,
-        out=args.out, plot=not args.no_plot,
-        baseline=args.baseline, target=args.target, draft=args.draft,
+        concurrency=parse_int_list(args.concurrency, "--concurrency"),
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        num_draft_tokens=args.num_draft_tokens,
+        acceptance=args.acceptance,
+        speculation_policy=args.speculation_policy,
+        out=args.out,
+        plot=not args.no_plot,
+        baseline=args.baseline,
+        target=args.target,
+        draft=args.draft,
         command=shlex.join(["specdec", "bench", *_effective_flags(args, hidden=("command", "api_key", "config"))]),
     )
     results = run_bench(options)
@@ -319,8 +355,11 @@ def bench(args: argparse.Namespace) -> int:
 
 def _effective_flags(args: argparse.Namespace, hidden: tuple[str, ...]) -> list[str]:
     """The command line with every default spelled out, rebuilt from args rather than sys.argv so a key never lands in a file."""
-    return [f"--{key.replace('_', '-')}" + ("" if value is True else f"={value}")
-            for key, value in vars(args).items() if key not in hidden and value is not None and value is not False]
+    return [
+        f"--{key.replace('_', '-')}" + ("" if value is True else f"={value}")
+        for key, value in vars(args).items()
+        if key not in hidden and value is not None and value is not False
+    ]
 
 
 def distill(args: argparse.Namespace) -> int:
@@ -332,14 +371,26 @@ def distill(args: argparse.Namespace) -> int:
 
     configure_logging("info")
     _quiet_transformers("info")
-    for flag, value in {"--layers": args.layers, "--draft-vocab": args.draft_vocab, "--prompts": args.prompts, "--max-new-tokens": args.max_new_tokens,
-                        "--data-batch-size": args.data_batch_size, "--batch-size": args.batch_size}.items():
+    for flag, value in {
+        "--layers": args.layers,
+        "--draft-vocab": args.draft_vocab,
+        "--prompts": args.prompts,
+        "--max-new-tokens": args.max_new_tokens,
+        "--data-batch-size": args.data_batch_size,
+        "--batch-size": args.batch_size,
+    }.items():
         if value < 1:
             print(f"specdec: error: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 1
     options = DistillOptions(
-        target=args.target, out=Path(args.out), num_layers=args.layers, draft_vocab_size=args.draft_vocab, device=args.device,
-        data=TeacherDataOptions(num_prompts=args.prompts, batch_size=args.data_batch_size, max_new_tokens=args.max_new_tokens, seed=args.seed),
+        target=args.target,
+        out=Path(args.out),
+        num_layers=args.layers,
+        draft_vocab_size=args.draft_vocab,
+        device=args.device,
+        data=TeacherDataOptions(
+            num_prompts=args.prompts, batch_size=args.data_batch_size, max_new_tokens=args.max_new_tokens, seed=args.seed
+        ),
         train=TrainOptions(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate, seed=args.seed),
     )
     summary = run_distill(options)

@@ -13,29 +13,48 @@ SERVICE_SECTIONS = {"draft": "draft_service", "verify": "verify_service", "gatew
 # (setting, flag). A flag a command does not have is simply not read for it; `serve S` reads only
 # S's own section of the service sections (each has a --port).
 CONFIG_FLAGS: tuple[tuple[str, str], ...] = (
-    ("model.target_path", "--target"), ("model.draft_path", "--draft"), ("model.draft_method", "--draft-method"),
-    ("model.layer_skip_layers", "--layer-skip-layers"), ("model.draft_quantization", "--draft-quantization"),
-    ("model.device", "--device"), ("model.draft_device", "--draft-device"), ("model.dtype", "--dtype"),
-    ("model.prompt_lookup", "--prompt-lookup"), ("model.prompt_lookup_min_ngram", "--prompt-lookup-min-ngram"),
-    ("model.model_draft_tokens", "--model-draft-tokens"), ("model.gguf_threads", "--gguf-threads"),
+    ("model.target_path", "--target"),
+    ("model.draft_path", "--draft"),
+    ("model.draft_method", "--draft-method"),
+    ("model.layer_skip_layers", "--layer-skip-layers"),
+    ("model.draft_quantization", "--draft-quantization"),
+    ("model.device", "--device"),
+    ("model.draft_device", "--draft-device"),
+    ("model.dtype", "--dtype"),
+    ("model.prompt_lookup", "--prompt-lookup"),
+    ("model.prompt_lookup_min_ngram", "--prompt-lookup-min-ngram"),
+    ("model.model_draft_tokens", "--model-draft-tokens"),
+    ("model.gguf_threads", "--gguf-threads"),
     ("model.gguf_context_tokens", "--gguf-context-tokens"),
-    ("speculative.draft_tokens", "--num-draft-tokens"), ("speculative.acceptance", "--acceptance"),
-    ("speculative.adaptive_k", "--adaptive-k"), ("speculative.verification", "--verification"),
-    ("speculative.tree_branching", "--tree-branching"), ("speculative.tree_nodes", "--tree-nodes"),
+    ("speculative.draft_tokens", "--num-draft-tokens"),
+    ("speculative.acceptance", "--acceptance"),
+    ("speculative.adaptive_k", "--adaptive-k"),
+    ("speculative.verification", "--verification"),
+    ("speculative.tree_branching", "--tree-branching"),
+    ("speculative.tree_nodes", "--tree-nodes"),
     *((f"{section}.{field}", flag) for section in SERVICE_SECTIONS.values() for field, flag in (("host", "--host"), ("port", "--port"))),
-    *((f"{section}.{field}", flag) for section in ("draft_service", "verify_service")
-      for field, flag in (("max_sessions", "--max-sessions"), ("metrics_port", "--metrics-port"), ("cpu_threads", "--cpu-threads"))),
+    *(
+        (f"{section}.{field}", flag)
+        for section in ("draft_service", "verify_service")
+        for field, flag in (("max_sessions", "--max-sessions"), ("metrics_port", "--metrics-port"), ("cpu_threads", "--cpu-threads"))
+    ),
     ("draft_service.overlap", "--overlap"),
-    ("verify_service.draft_endpoint", "--draft-endpoint"), ("verify_service.draft_round_timeout_ms", "--draft-round-timeout-ms"),
-    ("serving.verify_endpoint", "--verify-endpoint"), ("serving.served_model_name", "--served-model-name"),
-    ("serving.api_keys_file", "--api-keys-file"), ("serving.max_concurrent_requests", "--max-concurrent-requests"),
+    ("verify_service.draft_endpoint", "--draft-endpoint"),
+    ("verify_service.draft_round_timeout_ms", "--draft-round-timeout-ms"),
+    ("serving.verify_endpoint", "--verify-endpoint"),
+    ("serving.served_model_name", "--served-model-name"),
+    ("serving.api_keys_file", "--api-keys-file"),
+    ("serving.max_concurrent_requests", "--max-concurrent-requests"),
     ("serving.max_queue", "--max-queue"),
-    ("tls.cert_file", "--tls-cert"), ("tls.key_file", "--tls-key"), ("tls.ca_file", "--tls-ca"),
+    ("tls.cert_file", "--tls-cert"),
+    ("tls.key_file", "--tls-key"),
+    ("tls.ca_file", "--tls-ca"),
     ("tls.require_client_auth", "--tls-require-client-auth"),
 )
 # Fields of a generation request (`generate`), named in its validation errors.
-REQUEST_FLAGS: tuple[tuple[str, str], ...] = tuple((name, "--" + name.replace("_", "-"))
-                                                   for name in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"))
+REQUEST_FLAGS: tuple[tuple[str, str], ...] = tuple(
+    (name, "--" + name.replace("_", "-")) for name in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
+)
 
 
 def _dest(flag: str) -> str:

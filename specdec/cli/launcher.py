@@ -68,15 +68,30 @@ def default_pair_paths(tiny: bool = False) -> DefaultPair:
     into the user's cache.
     """
     if not tiny:
-        from specdec.default_models import DRAFT_DIR, TARGET_NAME, default_draft_gguf, ensure_default_target, ensure_default_target_gguf, models_dir
+        from specdec.default_models import (
+            DRAFT_DIR,
+            TARGET_NAME,
+            default_draft_gguf,
+            ensure_default_target,
+            ensure_default_target_gguf,
+            models_dir,
+        )
 
         if importlib.util.find_spec("llama_cpp") is None:
-            print("specdec up: llama-cpp-python is not installed, so the default pair runs the target in transformers and drafts "
-                  "with the distilled draft (slower; `pip install 'specdec[llama]'`, see docs/configuration.md)", file=sys.stderr)
+            print(
+                "specdec up: llama-cpp-python is not installed, so the default pair runs the target in transformers and drafts "
+                "with the distilled draft (slower; `pip install 'specdec[llama]'`, see docs/configuration.md)",
+                file=sys.stderr,
+            )
             return DefaultPair(str(ensure_default_target(models_dir())), str(DRAFT_DIR), None, served_name=TARGET_NAME)
         # The target in bf16 on the llama_cpp engine: docs/benchmarks.md, "Target engines".
-        return DefaultPair(str(ensure_default_target_gguf(models_dir())), str(default_draft_gguf(models_dir())), "gguf",
-                           _GGUF_PAIR_FLAGS, served_name=TARGET_NAME)
+        return DefaultPair(
+            str(ensure_default_target_gguf(models_dir())),
+            str(default_draft_gguf(models_dir())),
+            "gguf",
+            _GGUF_PAIR_FLAGS,
+            served_name=TARGET_NAME,
+        )
     from specdec.cli.tiny_pair import make_tiny_pair
 
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec" / "tiny-pair"
@@ -133,9 +148,13 @@ def run_up(plan: UpPlan) -> int:
 def check_ports_free(plan: UpPlan, gateway_host: str) -> None:
     """Refuse, naming each busy port and the flag that moves it, before anything starts: a child on a busy
     port would fail to bind, and the health probe could reach the other server and call the stack up."""
-    wanted = [("--gateway-port", gateway_host, plan.gateway_port), ("--draft-port", LOOPBACK, plan.draft_port),
-              ("--verify-port", LOOPBACK, plan.verify_port), ("--draft-metrics-port", LOOPBACK, plan.draft_metrics_port),
-              ("--verify-metrics-port", LOOPBACK, plan.verify_metrics_port)]
+    wanted = [
+        ("--gateway-port", gateway_host, plan.gateway_port),
+        ("--draft-port", LOOPBACK, plan.draft_port),
+        ("--verify-port", LOOPBACK, plan.verify_port),
+        ("--draft-metrics-port", LOOPBACK, plan.draft_metrics_port),
+        ("--verify-metrics-port", LOOPBACK, plan.verify_metrics_port),
+    ]
     wanted = [(flag, host, port) for flag, host, port in wanted if port]  # 0: a metrics port that is off
     flags_by_port: dict[int, list[str]] = {}
     for flag, _, port in wanted:
@@ -147,7 +166,9 @@ def check_ports_free(plan: UpPlan, gateway_host: str) -> None:
     if problems:
         listed = "; ".join(f"cannot listen on {address} ({flag}): {problem}" for flag, address, problem in problems)
         flags = ", ".join(flag for flag, _, _ in problems)
-        raise SpecdecError(f"{listed}; nothing started: stop what holds {'them' if len(problems) > 1 else 'it'} or pass a free port with {flags}")
+        raise SpecdecError(
+            f"{listed}; nothing started: stop what holds {'them' if len(problems) > 1 else 'it'} or pass a free port with {flags}"
+        )
 
 
 @dataclass
@@ -226,18 +247,61 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
     target, draft_args, num_draft_tokens = side.target, side.args, side.num_draft_tokens
     # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
     draft_healthy = partial(grpc_serving, f"localhost:{plan.draft_port}")
-    stack.spawn("draft", ["serve", "draft", *config, *draft_args, "--host", LOOPBACK, "--port", str(plan.draft_port),
-                          "--metrics-port", str(plan.draft_metrics_port)], placement=side.placement, probe=draft_healthy)
+    stack.spawn(
+        "draft",
+        [
+            "serve",
+            "draft",
+            *config,
+            *draft_args,
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(plan.draft_port),
+            "--metrics-port",
+            str(plan.draft_metrics_port),
+        ],
+        placement=side.placement,
+        probe=draft_healthy,
+    )
     _wait_healthy("draft", stack, draft_healthy)
     verify_healthy = partial(grpc_serving, f"localhost:{plan.verify_port}")
-    stack.spawn("verify", ["serve", "verify", *config, *([f"--target={target}"] if target else []), "--host", LOOPBACK, "--port", str(plan.verify_port),
-                           "--metrics-port", str(plan.verify_metrics_port), "--draft-endpoint", f"localhost:{plan.draft_port}",
-                           *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else [])],
-                placement=side.verify_placement, probe=verify_healthy)
+    stack.spawn(
+        "verify",
+        [
+            "serve",
+            "verify",
+            *config,
+            *([f"--target={target}"] if target else []),
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(plan.verify_port),
+            "--metrics-port",
+            str(plan.verify_metrics_port),
+            "--draft-endpoint",
+            f"localhost:{plan.draft_port}",
+            *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else []),
+        ],
+        placement=side.verify_placement,
+        probe=verify_healthy,
+    )
     _wait_healthy("verify", stack, verify_healthy)
     gateway_healthy = partial(http_ok, f"http://localhost:{plan.gateway_port}/ready")
-    stack.spawn("gateway", ["serve", "gateway", *config, "--port", str(plan.gateway_port), "--verify-endpoint", f"localhost:{plan.verify_port}",
-                            *([f"--served-model-name={side.served_name}"] if side.served_name else [])], probe=gateway_healthy)
+    stack.spawn(
+        "gateway",
+        [
+            "serve",
+            "gateway",
+            *config,
+            "--port",
+            str(plan.gateway_port),
+            "--verify-endpoint",
+            f"localhost:{plan.verify_port}",
+            *([f"--served-model-name={side.served_name}"] if side.served_name else []),
+        ],
+        probe=gateway_healthy,
+    )
     _wait_healthy("gateway", stack, gateway_healthy)
 
 

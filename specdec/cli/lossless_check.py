@@ -23,10 +23,18 @@ from specdec.cli.bench import Gateway
 from specdec.lossless_stats import POWER, SIGNIFICANCE, Outcome, detectable_tv, joint_test
 
 PROMPTS = [
-    "Explain why the sky is blue.", "Write a haiku about autumn.", "List three uses of a paperclip.",
-    "What is the capital of Japan?", "Describe a cat to someone who has never seen one.", "Give me a tip for learning to cook.",
-    "Summarise the plot of a fairy tale in two sentences.", "Why do we need sleep?", "Name a famous painting and its painter.",
-    "How does a bicycle stay upright?", "Suggest a name for a bakery.", "What makes a good friend?",
+    "Explain why the sky is blue.",
+    "Write a haiku about autumn.",
+    "List three uses of a paperclip.",
+    "What is the capital of Japan?",
+    "Describe a cat to someone who has never seen one.",
+    "Give me a tip for learning to cook.",
+    "Summarise the plot of a fairy tale in two sentences.",
+    "Why do we need sleep?",
+    "Name a famous painting and its painter.",
+    "How does a bicycle stay upright?",
+    "Suggest a name for a bakery.",
+    "What makes a good friend?",
 ]
 REJECTION_PROMPTS = 3  # strata of the rejection check: its samples are split over these prompts
 REJECTION_TOKENS = 3  # the joint outcome: the first tokens, so accepted, recovered and bonus tokens all count
@@ -61,17 +69,21 @@ class Drafting:
         """Why the "on" arm did not speculate; empty when every request drafted and some draft was accepted."""
         problems = []
         if self.fallbacks:
-            problems.append(f"{self.fallbacks}/{self.requests} \"on\" requests fell back to the target alone "
-                            "(the draft service is down, failing or too slow: see verify's log and specdec_spec_decode_fallbacks_total)")
+            problems.append(
+                f'{self.fallbacks}/{self.requests} "on" requests fell back to the target alone '
+                "(the draft service is down, failing or too slow: see verify's log and specdec_spec_decode_fallbacks_total)"
+            )
         if self.requests - self.drafted:
-            problems.append(f"{self.requests - self.drafted}/{self.requests} \"on\" requests drafted no tokens")
+            problems.append(f'{self.requests - self.drafted}/{self.requests} "on" requests drafted no tokens')
         if self.requests and not self.accepted_tokens:
             problems.append("no draft token was accepted in this check")
         return problems
 
     def describe(self) -> str:
-        return (f"on arm: {self.drafted}/{self.requests} requests drafted, {self.rounds} rounds, {self.draft_tokens} draft tokens, "
-                f"{self.accepted_tokens} accepted (acceptance {self.acceptance_rate:.3f})")
+        return (
+            f"on arm: {self.drafted}/{self.requests} requests drafted, {self.rounds} rounds, {self.draft_tokens} draft tokens, "
+            f"{self.accepted_tokens} accepted (acceptance {self.acceptance_rate:.3f})"
+        )
 
 
 @dataclass
@@ -119,16 +131,28 @@ class LosslessCheck:
     def greedy(self, prompts: list[str], max_tokens: int) -> CheckResult:
         drafting, sampling = Drafting(), {"temperature": 0, "max_tokens": max_tokens}
         differing = [p for p in prompts if self._text(p, {}, drafting, **sampling) != self._text(p, {"enabled": False}, None, **sampling)]
-        return _result("greedy: spec on == spec off", f"{len(prompts) - len(differing)}/{len(prompts)} prompts identical", drafting,
-                       [f"{len(differing)} prompts gave different texts"] if differing else [])
+        return _result(
+            "greedy: spec on == spec off",
+            f"{len(prompts) - len(differing)}/{len(prompts)} prompts identical",
+            drafting,
+            [f"{len(differing)} prompts gave different texts"] if differing else [],
+        )
 
     def coupled(self, prompts: list[str], max_tokens: int, temperature: float, seeds: int) -> CheckResult:
         cases, drafting = list(itertools.product(prompts, range(seeds))), Drafting()
         sampling = {"temperature": temperature, "max_tokens": max_tokens}
-        differing = [(p, s) for p, s in cases if self._text(p, {"acceptance": "coupled"}, drafting, seed=s, **sampling)
-                     != self._text(p, {"enabled": False}, None, seed=s, **sampling)]
-        return _result(f"coupled at T={temperature}: same seed, same text",
-                       f"{len(cases) - len(differing)}/{len(cases)} (prompt, seed) pairs identical", drafting, [f"{len(differing)} (prompt, seed) pairs gave different texts"] if differing else [])
+        differing = [
+            (p, s)
+            for p, s in cases
+            if self._text(p, {"acceptance": "coupled"}, drafting, seed=s, **sampling)
+            != self._text(p, {"enabled": False}, None, seed=s, **sampling)
+        ]
+        return _result(
+            f"coupled at T={temperature}: same seed, same text",
+            f"{len(cases) - len(differing)}/{len(cases)} (prompt, seed) pairs identical",
+            drafting,
+            [f"{len(differing)} (prompt, seed) pairs gave different texts"] if differing else [],
+        )
 
     def _outcome(self, prompt: str, speculative: dict, drafting: Drafting | None, seed: int, temperature: float) -> Outcome:
         choice = self._choice(prompt, speculative, drafting, max_tokens=REJECTION_TOKENS, logprobs=True, seed=seed, temperature=temperature)
@@ -143,13 +167,21 @@ class LosslessCheck:
             off = Counter(self._outcome(prompt, {"enabled": False}, None, _OFF_SEEDS + seed, temperature) for seed in seeds)
             strata.append((on, off))
         test = joint_test(strata)
-        outcome = (f"first {REJECTION_TOKENS} tokens jointly over {len(prompts)} prompts: chi-square p = {test.p_value:.4g} "
-                   f"({samples} + {samples} samples, {test.cells} cells, {test.dof} df)")
+        outcome = (
+            f"first {REJECTION_TOKENS} tokens jointly over {len(prompts)} prompts: chi-square p = {test.p_value:.4g} "
+            f"({samples} + {samples} samples, {test.cells} cells, {test.dof} df)"
+        )
         if not test.dof:
-            return _result(f"rejection at T={temperature}: joint token distribution", outcome, drafting,
-                           ["every prompt's outcomes fell into one cell: nothing was compared (raise --samples)"])
-        outcome += (f"; detects a total-variation distance >= {test.detectable_tv:.3f} between the binned outcome distributions "
-                    f"with power {POWER} at alpha {SIGNIFICANCE}")
+            return _result(
+                f"rejection at T={temperature}: joint token distribution",
+                outcome,
+                drafting,
+                ["every prompt's outcomes fell into one cell: nothing was compared (raise --samples)"],
+            )
+        outcome += (
+            f"; detects a total-variation distance >= {test.detectable_tv:.3f} between the binned outcome distributions "
+            f"with power {POWER} at alpha {SIGNIFICANCE}"
+        )
         reasons = [f"the distributions differ (p = {test.p_value:.4g} <= alpha {SIGNIFICANCE})"] if test.p_value <= SIGNIFICANCE else []
         return _result(f"rejection at T={temperature}: joint token distribution", outcome, drafting, reasons)
 
@@ -163,5 +195,8 @@ def run(base_url: str, api_key: str | None, model: str | None, prompts: int, max
     check = LosslessCheck(base_url, api_key, model)
     chosen = PROMPTS[:prompts]
     with contextlib.closing(check):
-        return [check.greedy(chosen, max_tokens), check.coupled(chosen[: max(1, prompts // 2)], max_tokens, 0.8, seeds=2),
-                check.rejection(PROMPTS[:REJECTION_PROMPTS], samples, 1.0)]
+        return [
+            check.greedy(chosen, max_tokens),
+            check.coupled(chosen[: max(1, prompts // 2)], max_tokens, 0.8, seeds=2),
+            check.rejection(PROMPTS[:REJECTION_PROMPTS], samples, 1.0),
+        ]

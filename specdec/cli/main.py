@@ -12,6 +12,7 @@ from specdec.cli.flags import flag_for, name_flags
 from specdec.cli.restarts import CRASH_LIMIT, CRASH_WINDOW_S, FIRST_DELAY_S, MAX_DELAY_S
 from specdec.errors import SpecdecError, describe_validation_error
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description="Lossless speculative-decoding LLM inference.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -37,9 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     lossless.add_argument("--model", help="default: the first model the gateway lists")
     lossless.add_argument("--prompts", type=int, default=8, help="prompts for the greedy and coupled checks (max 12)")
     lossless.add_argument("--max-tokens", type=int, default=32)
-    lossless.add_argument("--samples", type=int, default=300,
-                          help="seeded samples per side for the rejection check, split over its 3 prompts "
-                               "(it prints the distance they can detect)")
+    lossless.add_argument(
+        "--samples",
+        type=int,
+        default=300,
+        help="seeded samples per side for the rejection check, split over its 3 prompts (it prints the distance they can detect)",
+    )
     lossless.add_argument("--config", help="accepted for uniformity; unused")
     _add_bench(commands)
     _add_distill(commands)
@@ -55,23 +59,45 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--tls-server-name", help="the name the service's certificate carries (default: the --address host)")
     up = commands.add_parser("up", help="run draft, verify and gateway on this host (default: the default pair)")
     up.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
-    up.add_argument("--target", help="target model (default: SmolLM2-135M-Instruct, fetched on first use, drafted by its own Q4_1 GGUF through llama.cpp; the bundled distilled draft where llama-cpp-python is not installed)")
-    up.add_argument("--tiny", action="store_true", help="the tiny random pair instead of the default: starts in seconds, for trying the plumbing")
+    up.add_argument(
+        "--target",
+        help="target model (default: SmolLM2-135M-Instruct, fetched on first use, drafted by its own Q4_1 GGUF through "
+        "llama.cpp; the bundled distilled draft where llama-cpp-python is not installed)",
+    )
+    up.add_argument(
+        "--tiny", action="store_true", help="the tiny random pair instead of the default: starts in seconds, for trying the plumbing"
+    )
     up.add_argument("--draft", help="draft model")
     up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
-    up.add_argument("--gguf-threads", type=int, help="llama.cpp threads of a gguf draft (default: the default pair's tuning, else one per core)")
-    up.add_argument("--num-draft-tokens", type=int, help="K per round (default: the config's; for the default pair 4 with its GGUF draft, 2 with the distilled one)")
+    up.add_argument(
+        "--gguf-threads", type=int, help="llama.cpp threads of a gguf draft (default: the default pair's tuning, else one per core)"
+    )
+    up.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        help="K per round (default: the config's; for the default pair 4 with its GGUF draft, 2 with the distilled one)",
+    )
     up.add_argument("--gateway-port", type=int, default=8000)
     up.add_argument("--draft-port", type=int, default=50051)
     up.add_argument("--verify-port", type=int, default=50052)
     up.add_argument("--draft-metrics-port", type=int, default=9101)
     up.add_argument("--verify-metrics-port", type=int, default=9102)
-    up.add_argument("--crash-limit", type=int, default=CRASH_LIMIT, metavar="N",
-                    help=f"a service that exits is restarted (backoff {FIRST_DELAY_S:g}s doubling to {MAX_DELAY_S:g}s); once one "
-                         f"has exited this many times within --crash-window, up stops the stack and exits 1 "
-                         f"(default {CRASH_LIMIT}; 1: never restart)")
-    up.add_argument("--crash-window", type=float, default=CRASH_WINDOW_S, metavar="SECONDS",
-                    help=f"the window in which --crash-limit counts one service's exits (default {CRASH_WINDOW_S:g})")
+    up.add_argument(
+        "--crash-limit",
+        type=int,
+        default=CRASH_LIMIT,
+        metavar="N",
+        help=f"a service that exits is restarted (backoff {FIRST_DELAY_S:g}s doubling to {MAX_DELAY_S:g}s); once one "
+        f"has exited this many times within --crash-window, up stops the stack and exits 1 "
+        f"(default {CRASH_LIMIT}; 1: never restart)",
+    )
+    up.add_argument(
+        "--crash-window",
+        type=float,
+        default=CRASH_WINDOW_S,
+        metavar="SECONDS",
+        help=f"the window in which --crash-limit counts one service's exits (default {CRASH_WINDOW_S:g})",
+    )
     show = commands.add_parser("config", help="configuration tools").add_subparsers(dest="config_command", required=True)
     show.add_parser("show", help="print the effective configuration as YAML").add_argument("--config")
     return parser
@@ -101,7 +127,11 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--num-draft-tokens", type=int, help="K, candidates per round (with --adaptive-k, the most)")
     gen.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs")
     gen.add_argument("--acceptance", choices=["rejection", "coupled"])
-    gen.add_argument("--verification", choices=["sequential", "tree"], help="tree: verify a token tree per round (needs --acceptance coupled or temperature 0)")
+    gen.add_argument(
+        "--verification",
+        choices=["sequential", "tree"],
+        help="tree: verify a token tree per round (needs --acceptance coupled or temperature 0)",
+    )
     gen.add_argument("--tree-branching", type=int, help="tree: children per node")
     gen.add_argument("--tree-nodes", type=int, help="tree: most draft tokens per round")
     gen.add_argument("--no-speculation", action="store_true", help="target-only decoding (the reference)")
@@ -118,8 +148,11 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--url", default="http://localhost:8000", help="the gateway")
     bench.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"), help="default: $OPENAI_API_KEY")
     bench.add_argument("--model", help="default: the first model the gateway lists")
-    bench.add_argument("--prompts", help="JSONL: Spec-Bench lines (category, turns) or lines with `prompt` or `messages` "
-                                         "(default: benchmarks/spec-bench/question.jsonl, the Spec-Bench questions)")
+    bench.add_argument(
+        "--prompts",
+        help="JSONL: Spec-Bench lines (category, turns) or lines with `prompt` or `messages` "
+        "(default: benchmarks/spec-bench/question.jsonl, the Spec-Bench questions)",
+    )
     bench.add_argument("--limit", type=int, default=80, help="prompts to use, taken round-robin across categories")
     bench.add_argument("--categories", help="comma-separated categories to keep (default: all)")
     bench.add_argument("--concurrency", default="1,4", help="comma-separated concurrency levels")
@@ -127,12 +160,19 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--num-draft-tokens", type=int, help="K for the speculative requests (default: the server's)")
-    bench.add_argument("--acceptance", choices=["rejection", "coupled"], help="the speculative requests' acceptance (default: the server's)")
-    bench.add_argument("--speculation-policy", choices=["auto", "always"],
-                       help="always: the speculative requests draft every round, whatever the server's load-aware policy says (default: the server's)")
+    bench.add_argument(
+        "--acceptance", choices=["rejection", "coupled"], help="the speculative requests' acceptance (default: the server's)"
+    )
+    bench.add_argument(
+        "--speculation-policy",
+        choices=["auto", "always"],
+        help="always: the speculative requests draft every round, whatever the server's load-aware policy says (default: the server's)",
+    )
     bench.add_argument("--out", help="output directory (default: bench-results/<timestamp>)")
     bench.add_argument("--no-plot", action="store_true", help="do not write speedup.png")
-    bench.add_argument("--baseline", choices=["hf"], help="hf: also time Hugging Face generate(), target alone and assisted, in-process (greedy)")
+    bench.add_argument(
+        "--baseline", choices=["hf"], help="hf: also time Hugging Face generate(), target alone and assisted, in-process (greedy)"
+    )
     bench.add_argument("--target", help="the baseline's target model (default: the default pair's)")
     bench.add_argument("--draft", help="the baseline's draft model (default: the default pair's)")
     bench.add_argument("--config", help="accepted for uniformity; unused")
@@ -157,8 +197,11 @@ def _add_distill(commands: argparse._SubParsersAction) -> None:
 
 def _add_make_draft(commands: argparse._SubParsersAction) -> None:
     make = commands.add_parser("make-draft", help="a quantized GGUF copy of a target, to draft with llama.cpp")
-    make.add_argument("--target", help="a .gguf file (re-quantized), a Hugging Face Llama directory (converted, then quantized) "
-                                       "or a bundled name (default: smollm2-135m-instruct, the default target's GGUF)")
+    make.add_argument(
+        "--target",
+        help="a .gguf file (re-quantized), a Hugging Face Llama directory (converted, then quantized) "
+        "or a bundled name (default: smollm2-135m-instruct, the default target's GGUF)",
+    )
     make.add_argument("--type", default="q8_0", help="f32, f16, bf16, q8_0 (default), q6_k, q5_k_m, q5_0, q4_k_m, q4_1 or q4_0")
     make.add_argument("--out", help="output .gguf (default: $SPECDEC_MODELS_DIR/<target name>-<type>.gguf)")
     make.add_argument("--threads", type=int, help="quantizer threads (default: one per core)")
@@ -186,7 +229,9 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     verify.add_argument("--no-draft", action="store_true", help="no draft service: target-only decoding")
     verify.add_argument("--draft-round-timeout-ms", type=float, help="a draft block later than this falls back to the target")
     verify.add_argument("--num-draft-tokens", type=int, help="default K per round (with --adaptive-k, the most)")
-    verify.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs")
+    verify.add_argument(
+        "--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs"
+    )
     verify.add_argument("--acceptance", choices=["rejection", "coupled"], help="default acceptance mode")
     gateway = serve.add_parser("gateway", help="the OpenAI-compatible HTTP gateway (default port 8000)")
     gateway.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
@@ -209,7 +254,9 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--tls-cert", help="server certificate (PEM); enables TLS")
         parser.add_argument("--tls-key", help="server private key (PEM)")
         parser.add_argument("--tls-ca", help="CA bundle: verifies clients (mTLS) and, for verify, the draft service")
-        parser.add_argument("--tls-require-client-auth", action="store_true", default=None, help="mTLS: refuse clients without a certificate")
+        parser.add_argument(
+            "--tls-require-client-auth", action="store_true", default=None, help="mTLS: refuse clients without a certificate"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,10 +278,19 @@ def _dispatch(args: argparse.Namespace) -> int:
         os.environ.setdefault("TQDM_DISABLE", "1")
     from specdec.cli import commands  # deferred: torch/transformers load only for commands that need them
 
-    handlers = {"generate": commands.generate, "make-tiny-pair": commands.make_tiny_pair, "config": commands.config_show, "serve": commands.serve,
-                "up": commands.up, "healthcheck": commands.healthcheck,
-                "plan": commands.memory_plan, "check-lossless": commands.check_lossless,
-                "bench": commands.bench, "distill": commands.distill, "make-draft": commands.make_draft}
+    handlers = {
+        "generate": commands.generate,
+        "make-tiny-pair": commands.make_tiny_pair,
+        "config": commands.config_show,
+        "serve": commands.serve,
+        "up": commands.up,
+        "healthcheck": commands.healthcheck,
+        "plan": commands.memory_plan,
+        "check-lossless": commands.check_lossless,
+        "bench": commands.bench,
+        "distill": commands.distill,
+        "make-draft": commands.make_draft,
+    }
     return handlers[args.command](args)
 
 

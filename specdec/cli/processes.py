@@ -52,12 +52,20 @@ class Placement:
             os.sched_setaffinity(0, self.cpus)
 
 
-def spawn(arguments: Sequence[str], env: Mapping[str, str] | None = None, stdout=None, stderr=None,
-          placement: Placement = Placement()) -> subprocess.Popen:
+def spawn(
+    arguments: Sequence[str], env: Mapping[str, str] | None = None, stdout=None, stderr=None, placement: Placement = Placement()
+) -> subprocess.Popen:
     """`python -m specdec.cli ARGUMENTS` with this interpreter (the console script may point at another checkout),
     placed on the host's CPUs as `placement` says."""
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", *arguments], env=service_environment(env),
-                            stdout=stdout, stderr=stderr, preexec_fn=placement.apply if placement != Placement() else None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "specdec.cli", *arguments],
+        env=service_environment(env),
+        stdout=stdout,
+        stderr=stderr,
+        # NOTE: preexec_fn is unsafe where the child would take a lock another thread held at fork; apply() only
+        # makes two system calls (nice, sched_setaffinity) and takes none.
+        preexec_fn=placement.apply if placement != Placement() else None,  # noqa: PLW1509
+    )
 
 
 def grpc_serving(address: str | int, timeout: float = 1.0) -> bool:
@@ -79,8 +87,9 @@ def http_ok(url: str, timeout: float = 1.0) -> bool:
         return False
 
 
-def wait_for(probe: Callable[[], bool], timeout_s: float, failure: Callable[[], str | None] = lambda: None,
-             interval_s: float = 0.2) -> str | None:
+def wait_for(
+    probe: Callable[[], bool], timeout_s: float, failure: Callable[[], str | None] = lambda: None, interval_s: float = 0.2
+) -> str | None:
     """Poll `probe` until it holds: None then, else why not (`failure()`'s message, e.g. a process
     that exited, or a timeout)."""
     deadline = time.monotonic() + timeout_s

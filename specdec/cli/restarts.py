@@ -28,8 +28,9 @@ class RestartPolicy:
 
     def __post_init__(self) -> None:
         if self.crash_limit < 1 or self.crash_window_s <= 0:
-            raise SpecdecError(f"--crash-limit must be at least 1 and --crash-window above 0 "
-                               f"(got {self.crash_limit} and {self.crash_window_s:g})")
+            raise SpecdecError(
+                f"--crash-limit must be at least 1 and --crash-window above 0 (got {self.crash_limit} and {self.crash_window_s:g})"
+            )
 
 
 class CrashRecord:

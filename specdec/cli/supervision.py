@@ -66,8 +66,9 @@ class Stack:
         """(name, current process) of each service started."""
         return [(service.name, service.process) for service in self.services]
 
-    def spawn(self, name: str, arguments: list[str], placement: Placement = Placement(),
-              probe: Callable[[], bool] = lambda: True) -> subprocess.Popen:
+    def spawn(
+        self, name: str, arguments: list[str], placement: Placement = Placement(), probe: Callable[[], bool] = lambda: True
+    ) -> subprocess.Popen:
         service = Service(name, arguments, placement, probe, CrashRecord(self.policy))
         self.services.append(service)
         return service.start()
@@ -98,10 +99,14 @@ class Stack:
         delay = service.crashes.record_exit(now)
         if delay is None:
             exits = f"{service.crashes.recent} times within {self.policy.crash_window_s:g}s"
-            raise SpecdecError(f"{service.name} exited {exits} (last with {describe_status(status)}); "
-                               f"gave up restarting it and stopped the others (limits: --crash-limit, --crash-window)")
-        _log(f"{service.name} exited with {describe_status(status)}; restart {service.restarts + 1} in {delay:g}s "
-             f"({service.crashes.recent} exits within {self.policy.crash_window_s:g}s; {self.policy.crash_limit} stop the stack)")
+            raise SpecdecError(
+                f"{service.name} exited {exits} (last with {describe_status(status)}); "
+                f"gave up restarting it and stopped the others (limits: --crash-limit, --crash-window)"
+            )
+        _log(
+            f"{service.name} exited with {describe_status(status)}; restart {service.restarts + 1} in {delay:g}s "
+            f"({service.crashes.recent} exits within {self.policy.crash_window_s:g}s; {self.policy.crash_limit} stop the stack)"
+        )
         service.restart_at, service.recovering = now + delay, False
 
     def stop(self, grace_s: float = 15.0) -> None:

@@ -33,11 +33,11 @@ _SOURCE_LINE = re.compile(r"^\s*\d+ \| ", re.MULTILINE)
 def brief_reason(message: str, grammar: str = "") -> str:
     """An engine's `message` fit for an error body: without the quoted grammar source, at most MAX_REASON_CHARS."""
     source = _SOURCE_LINE.search(message)
-    reason = message[:source.start()] if source else message
+    reason = message[: source.start()] if source else message
     if len(grammar) > 40:  # NOTE: a short grammar cannot be told from the message's own words
         reason = reason.replace(grammar, "<the grammar>")
     reason = reason.strip()
-    return reason if len(reason) <= MAX_REASON_CHARS else reason[:MAX_REASON_CHARS - 1] + "…"
+    return reason if len(reason) <= MAX_REASON_CHARS else reason[: MAX_REASON_CHARS - 1] + "…"
 
 
 def json_schema_grammar(schema: Any, field: str) -> str:

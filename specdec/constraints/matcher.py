@@ -120,8 +120,9 @@ class GrammarConstraint:
         self.consumed: list[int] = []  # the tokens after the prompt the matcher has consumed, in order
 
     @staticmethod
-    def for_model(grammar: str | None, prompt_length: int, model: GrammarVocabulary, vocab_size: int,
-                  field: str = "grammar") -> GrammarConstraint | None:
+    def for_model(
+        grammar: str | None, prompt_length: int, model: GrammarVocabulary, vocab_size: int, field: str = "grammar"
+    ) -> GrammarConstraint | None:
         """The constraint over `model`'s vocabulary (`vocab_size` wide logits), or None without a grammar."""
         if not grammar:
             return None
@@ -149,8 +150,9 @@ class GrammarConstraint:
         """The tokens the grammar allows after `sequence` (prompt first)."""
         return self.allowed_along(sequence, [])[0]
 
-    def allowed_along(self, sequence: Sequence[int], node_ids: Sequence[int],
-                      parents: Sequence[int] | None = None) -> torch.Tensor:  # [n + 1, vocab] bool
+    def allowed_along(
+        self, sequence: Sequence[int], node_ids: Sequence[int], parents: Sequence[int] | None = None
+    ) -> torch.Tensor:  # [n + 1, vocab] bool
         """Allowed tokens at every position of a block verified after `sequence`.
 
         Row 0: after `sequence`; row i + 1: after `sequence` and node i's root path (a chain when
@@ -181,7 +183,11 @@ class GrammarConstraint:
             return len(candidate_ids)  # generation has ended: nothing left to constrain
         valid = self.matcher.validate_tokens(list(candidate_ids))
         self._check_matcher()
-        if valid < len(candidate_ids) and candidate_ids[valid] in self.eos_ids and self.allowed(list(sequence) + list(candidate_ids[:valid]))[candidate_ids[valid]]:
+        if (
+            valid < len(candidate_ids)
+            and candidate_ids[valid] in self.eos_ids
+            and self.allowed(list(sequence) + list(candidate_ids[:valid]))[candidate_ids[valid]]
+        ):
             valid += 1
         return valid
 
@@ -194,14 +200,16 @@ class GrammarConstraint:
         self._check_matcher()
 
     def _generated(self, sequence: Sequence[int]) -> list[int]:
-        return list(sequence[self.prompt_length:])
+        return list(sequence[self.prompt_length :])
 
     def _move_to(self, generated: list[int]) -> bool:
         """Put the matcher after `generated`: True if the grammar allows it (False: refused or past an EOS)."""
         common = len(self.consumed)
         if generated[:common] != self.consumed:  # the usual case (an extension) is one C-speed comparison
-            common = next((i for i, (mine, theirs) in enumerate(zip(self.consumed, generated)) if mine != theirs),
-                          min(len(self.consumed), len(generated)))
+            common = next(
+                (i for i, (mine, theirs) in enumerate(zip(self.consumed, generated)) if mine != theirs),
+                min(len(self.consumed), len(generated)),
+            )
         if common < len(self.consumed):
             self.matcher.rollback(len(self.consumed) - common)
             self._check_matcher()

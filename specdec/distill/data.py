@@ -41,7 +41,9 @@ def shard_path(directory: Path, index: int) -> Path:
     return directory / f"shard-{index:05d}.pt"
 
 
-def generate_teacher_data(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, options: TeacherDataOptions) -> list[Path]:
+def generate_teacher_data(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, options: TeacherDataOptions
+) -> list[Path]:
     """Write every missing shard under `directory` and return all shard paths in order."""
     directory.mkdir(parents=True, exist_ok=True)
     prompts = [text for _kind, text in distill_prompts(options.num_prompts, options.seed)]
@@ -61,14 +63,20 @@ def load_shards(paths: list[Path]) -> list[TeacherSequence]:
 
 
 @torch.no_grad()
-def _answer_batch(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], temperature: float, options: TeacherDataOptions) -> list[TeacherSequence]:
+def _answer_batch(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], temperature: float, options: TeacherDataOptions
+) -> list[TeacherSequence]:
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False) for p in prompts]
     tokenizer.padding_side = "left"
     encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {"do_sample": False}
     output = model.generate(
-        **encoded, max_new_tokens=options.max_new_tokens, output_logits=True, return_dict_in_generate=True,
-        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id, **sampling,
+        **encoded,
+        max_new_tokens=options.max_new_tokens,
+        output_logits=True,
+        return_dict_in_generate=True,
+        pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
+        **sampling,
     )
     generated = output.sequences[:, encoded["input_ids"].shape[1] :]  # [batch, steps]
     logprobs = torch.stack(output.logits, dim=1).float().log_softmax(-1)  # [batch, steps, vocab]: raw, temperature 1
@@ -78,7 +86,11 @@ def _answer_batch(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pr
     for row in range(len(prompts)):
         length = _answer_length(generated[row].tolist(), eos_ids)
         prompt_ids = encoded["input_ids"][row][encoded["attention_mask"][row].bool()]
-        sequences.append(TeacherSequence(prompt_ids.cpu(), generated[row, :length].cpu(), top_ids[row, :length].cpu(), top_logprobs[row, :length].half().cpu()))
+        sequences.append(
+            TeacherSequence(
+                prompt_ids.cpu(), generated[row, :length].cpu(), top_ids[row, :length].cpu(), top_logprobs[row, :length].half().cpu()
+            )
+        )
     return sequences
 
 

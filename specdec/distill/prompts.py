@@ -18,11 +18,15 @@ def _fill_subject(rng: random.Random, templates: list[str]) -> str:
 
 def _reasoning(rng: random.Random) -> str:
     a, b, c = rng.sample(parts.REASONING_WORDS, 3)
-    return rng.choice(parts.REASONING).format(a=a, b=b, c=c, n=rng.randint(4, 40), m=rng.randint(2, 9), k=rng.choice([8, 10, 12, 16]), h=rng.randint(5, 20))
+    return rng.choice(parts.REASONING).format(
+        a=a, b=b, c=c, n=rng.randint(4, 40), m=rng.randint(2, 9), k=rng.choice([8, 10, 12, 16]), h=rng.randint(5, 20)
+    )
 
 
 def _math(rng: random.Random) -> str:
-    return rng.choice(parts.MATH).format(p=rng.randint(2, 25), n=rng.randint(2, 30), m=rng.randint(2, 20), b=rng.choice([50, 100, 120, 200, 360, 500, 1000]))
+    return rng.choice(parts.MATH).format(
+        p=rng.randint(2, 25), n=rng.randint(2, 30), m=rng.randint(2, 20), b=rng.choice([50, 100, 120, 200, 360, 500, 1000])
+    )
 
 
 def _coding(rng: random.Random) -> str:

@@ -69,7 +69,9 @@ def run_distill(options: DistillOptions) -> dict:
 
 def _minify_json(path: Path) -> None:
     if path.is_file():
-        path.write_text(json.dumps(json.loads(path.read_text(encoding="utf-8")), separators=(",", ":"), ensure_ascii=False), encoding="utf-8")
+        path.write_text(
+            json.dumps(json.loads(path.read_text(encoding="utf-8")), separators=(",", ":"), ensure_ascii=False), encoding="utf-8"
+        )
 
 
 def _special_ids(target: LoadedModel) -> set[int]:

@@ -47,8 +47,12 @@ def build_student(target: PreTrainedModel, vocabulary: torch.Tensor, num_layers:
     settings = target.config.to_dict()
     for key in ("architectures", "model_type", "quantization_config", "_name_or_path", "layer_types", "transformers_version", "dtype"):
         settings.pop(key, None)
-    settings.update(vocab_size=target.get_output_embeddings().out_features, draft_vocab_size=len(vocabulary),
-                    num_hidden_layers=num_layers, tie_word_embeddings=True)
+    settings.update(
+        vocab_size=target.get_output_embeddings().out_features,
+        draft_vocab_size=len(vocabulary),
+        num_hidden_layers=num_layers,
+        tie_word_embeddings=True,
+    )
     config = ReducedVocabLlamaConfig(**settings)
     student = ReducedVocabLlamaForCausalLM(config)
     student.set_vocabulary(vocabulary)

@@ -40,7 +40,13 @@ class TrainResult:
     heldout_top1_agreement: float  # student argmax == teacher argmax on held-out answers
 
 
-def train_student(student: ReducedVocabLlamaForCausalLM, train: list[TeacherSequence], heldout: list[TeacherSequence], checkpoint: Path, options: TrainOptions) -> TrainResult:
+def train_student(
+    student: ReducedVocabLlamaForCausalLM,
+    train: list[TeacherSequence],
+    heldout: list[TeacherSequence],
+    checkpoint: Path,
+    options: TrainOptions,
+) -> TrainResult:
     order = _batch_order(len(train), options)
     optimizer = torch.optim.AdamW(student.parameters(), lr=options.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_cosine(options.warmup_steps, len(order)))
@@ -134,7 +140,16 @@ def _warmup_cosine(warmup: int, total: int):
 def _save_checkpoint(path: Path, student, optimizer, schedule, step: int, options: TrainOptions) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    torch.save({"model": student.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "step": step, "options": asdict(options)}, partial)
+    torch.save(
+        {
+            "model": student.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "step": step,
+            "options": asdict(options),
+        },
+        partial,
+    )
     partial.replace(path)
 
 

@@ -19,8 +19,8 @@ from specdec.batching import BatchingOptions
 from specdec.batching.scheduler import BatchScheduler
 from specdec.drafters.base import DraftRequest
 from specdec.drafters.model import INITIAL_DRAFT_ROOM, ModelDraftSession
-from specdec.errors import IncompatibleVocabularyError
 from specdec.engines.llama_cpp import GgufRunner
+from specdec.errors import IncompatibleVocabularyError
 from specdec.gguf_model import GgufModel
 from specdec.models import vocab_difference
 
@@ -51,4 +51,6 @@ def check_gguf_vocabulary(model: GgufModel, target_tokenizer, target_source: str
     if not difference and len(draft_vocab) != len(target_vocab):
         difference = f"it has {len(draft_vocab)} tokens, the target's tokenizer {len(target_vocab)}"
     if difference:
-        raise IncompatibleVocabularyError(f"the GGUF draft {model.source} does not share the vocabulary of the target {target_source}: {difference}")
+        raise IncompatibleVocabularyError(
+            f"the GGUF draft {model.source} does not share the vocabulary of the target {target_source}: {difference}"
+        )

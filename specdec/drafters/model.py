@@ -74,8 +74,16 @@ class ModelDraftSession:
     def _draft_tree(self, depth_limit: int, shape: TreeShape) -> DraftBlock:
         request = self.request
         ranking = TreeRanking(request.acceptance, request.sampling, request.seed)
-        node_ids, parents = draft_tree(self.lm, list(self.committed.token_ids), depth_limit, shape, ranking,
-                                       partial(_fit_vocab, vocab_size=request.vocab_size), self.transform, self.min_tokens)
+        node_ids, parents = draft_tree(
+            self.lm,
+            list(self.committed.token_ids),
+            depth_limit,
+            shape,
+            ranking,
+            partial(_fit_vocab, vocab_size=request.vocab_size),
+            self.transform,
+            self.min_tokens,
+        )
         return DraftBlock(torch.tensor(node_ids, dtype=torch.long), tree_parents=parents)
 
     def _draft(self, num_tokens: int) -> DraftBlock:

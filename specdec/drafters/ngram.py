@@ -39,7 +39,9 @@ class NgramDraftSession:
 
     def propose(self, num_tokens: int) -> DraftBlock:
         sequence = self.committed.token_ids
-        candidates = grammar_prefix(self.constraint, sequence, lookup_continuation(sequence, num_tokens, self.drafter.max_ngram, self.drafter.min_ngram))
+        candidates = grammar_prefix(
+            self.constraint, sequence, lookup_continuation(sequence, num_tokens, self.drafter.max_ngram, self.drafter.min_ngram)
+        )
         block = point_mass_block(candidates)
         self.committed.record_block(block)
         return block
@@ -56,8 +58,11 @@ def point_mass_block(candidates: list[int]) -> DraftBlock:
     """A block of looked-up candidates. The lookup is deterministic: q is a point mass on each
     candidate, sent as such so rejection sampling stays exact (accept with probability p(x))."""
     token_ids = torch.tensor(candidates, dtype=torch.long)  # [k]
-    return DraftBlock(token_ids, SparseDistribution(token_ids.reshape(-1, 1), torch.ones(len(candidates), 1, dtype=torch.float64)),
-                      sources=(TokenSource.LOOKUP,) * len(candidates))
+    return DraftBlock(
+        token_ids,
+        SparseDistribution(token_ids.reshape(-1, 1), torch.ones(len(candidates), 1, dtype=torch.float64)),
+        sources=(TokenSource.LOOKUP,) * len(candidates),
+    )
 
 
 def lookup_continuation(token_ids: Sequence[int], num_tokens: int, max_ngram: int, min_ngram: int) -> list[int]:

@@ -92,8 +92,12 @@ class PredictionSession:
         if not candidates:
             return self._inner_block(min(num_tokens, settings.inner_tokens))
         block = point_mass_block(candidates)
-        block = replace(block, draft_probs=block.draft_probs if self.sends_q else None, compute_ms=(time.perf_counter() - started) * 1000,
-                        sources=(TokenSource.PREDICTION,) * len(block))
+        block = replace(
+            block,
+            draft_probs=block.draft_probs if self.sends_q else None,
+            compute_ms=(time.perf_counter() - started) * 1000,
+            sources=(TokenSource.PREDICTION,) * len(block),
+        )
         if self.inner is not None:  # the wrapped session's feedback then applies to the predicted block too
             self.inner.committed.record_block(block)
         self._own.record_block(block)

@@ -18,11 +18,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from specdec.acceptance_modes import rule
 from specdec.batching import BatchingOptions
 from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import lookup_continuation, point_mass_block
-from specdec.acceptance_modes import rule
 
 
 @dataclass(frozen=True)

@@ -54,9 +54,16 @@ class TreeRanking:
         return log_q, log_q
 
 
-def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: TreeShape, ranking: TreeRanking,
-               fit_vocab, transform: LogitsTransform | None = None,
-               min_tokens: MinTokensMask | None = None) -> tuple[list[int], list[int]]:
+def draft_tree(
+    lm: PrefixCache,
+    committed: list[int],
+    depth_limit: int,
+    shape: TreeShape,
+    ranking: TreeRanking,
+    fit_vocab,
+    transform: LogitsTransform | None = None,
+    min_tokens: MinTokensMask | None = None,
+) -> tuple[list[int], list[int]]:
     """Grow a tree after `committed`: (token id of each node, parent of each node), parents first.
 
     `transform` (the request's penalties) and `min_tokens` (its ban on EOS) are applied to each
@@ -72,10 +79,12 @@ def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: T
         budget = shape.max_nodes - len(node_ids)
         if budget <= 0:
             break
-        scores, log_q = ranking.scores(_penalised(fit_vocab(logits), transform, min_tokens, committed, frontier, node_ids, parents),
-                                       len(committed) + depth - 1)
-        children = _children(scores, log_q, frontier, frontier_confidence,
-                             [node < 0 or on_main[node] for node in frontier], shape.branching)
+        scores, log_q = ranking.scores(
+            _penalised(fit_vocab(logits), transform, min_tokens, committed, frontier, node_ids, parents), len(committed) + depth - 1
+        )
+        children = _children(
+            scores, log_q, frontier, frontier_confidence, [node < 0 or on_main[node] for node in frontier], shape.branching
+        )
         # Room for the main chain's remaining depths first; the rest by confidence.
         chosen = _select(children, budget, reserve=min(depth_limit - depth, budget - 1))
         if not chosen:
@@ -93,8 +102,15 @@ def draft_tree(lm: PrefixCache, committed: list[int], depth_limit: int, shape: T
     return node_ids, parents
 
 
-def _penalised(logits: torch.Tensor, transform: LogitsTransform | None, min_tokens: MinTokensMask | None, committed: list[int],
-               frontier: list[int], node_ids: list[int], parents: list[int]) -> torch.Tensor:  # [m, vocab]
+def _penalised(
+    logits: torch.Tensor,
+    transform: LogitsTransform | None,
+    min_tokens: MinTokensMask | None,
+    committed: list[int],
+    frontier: list[int],
+    node_ids: list[int],
+    parents: list[int],
+) -> torch.Tensor:  # [m, vocab]
     """logits [m, vocab] of the frontier nodes (-1: the root), each transformed after committed + its root path."""
     if transform is None and min_tokens is None:
         return logits
@@ -104,8 +120,9 @@ def _penalised(logits: torch.Tensor, transform: LogitsTransform | None, min_toke
     return logits if min_tokens is None else min_tokens(logits, len(committed), paths)
 
 
-def _children(scores: torch.Tensor, log_q: torch.Tensor, frontier: list[int], confidence: list[float], main: list[bool],
-              branching: int) -> list[_Child]:
+def _children(
+    scores: torch.Tensor, log_q: torch.Tensor, frontier: list[int], confidence: list[float], main: list[bool], branching: int
+) -> list[_Child]:
     """scores, log_q [m, vocab]: each frontier node's top-`branching` children, best first."""
     top_scores, top_ids = scores.topk(min(branching, scores.shape[-1]), dim=-1)  # [m, b]
     top_log_q = log_q.gather(-1, top_ids)  # [m, b]
@@ -114,8 +131,7 @@ def _children(scores: torch.Tensor, log_q: torch.Tensor, frontier: list[int], co
         for rank in range(top_ids.shape[1]):
             if not torch.isfinite(top_scores[row, rank]):
                 break  # q = 0 there (top-k / top-p / min-p cut it): never proposed
-            children.append(_Child(parent, int(top_ids[row, rank]), confidence[row] + float(top_log_q[row, rank]),
-                                   main[row] and rank == 0))
+            children.append(_Child(parent, int(top_ids[row, rank]), confidence[row] + float(top_log_q[row, rank]), main[row] and rank == 0))
     return children
 
 

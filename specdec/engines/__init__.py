@@ -37,8 +37,9 @@ def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_
 
     if Path(source).suffix != ".gguf":
         raise ModelLoadError(f"{source}: the llama_cpp engine runs .gguf files (set model.target_engine: hf for this model)")
-    settings = LlamaCppSettings(threads=threads or default_threads(), context_tokens=models.target_context_tokens,
-                                max_sequences=max_sequences, device=models.device)
+    settings = LlamaCppSettings(
+        threads=threads or default_threads(), context_tokens=models.target_context_tokens, max_sequences=max_sequences, device=models.device
+    )
     return load_llama_cpp_target(source, settings)
 
 
@@ -48,7 +49,9 @@ _LOADERS: dict[TargetEngine, Callable[[str, ModelSection, int | None, int], Targ
 }
 
 
-def load_engine(models: ModelSection, threads: int | None = None, max_sequences: int = 64, setting: str = "model.target_path") -> TargetModel:
+def load_engine(
+    models: ModelSection, threads: int | None = None, max_sequences: int = 64, setting: str = "model.target_path"
+) -> TargetModel:
     """The target `models` names, run by its engine; a file it cannot load is one ModelLoadError line naming
     the setting, the file and the engine."""
     source = models.target_path

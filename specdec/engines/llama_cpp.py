@@ -25,8 +25,10 @@ from specdec.errors import SpecdecError
 from specdec.gguf_model import GgufModel, GgufOptions, GgufRow, Seat, load_gguf
 from specdec.kv_cache import PrefixCache
 
-TREES_REFUSED = ("a llama.cpp model verifies and drafts chains only (a llama.cpp sequence holds one chain); use "
-                 "verification: sequential, or target_engine: hf")
+TREES_REFUSED = (
+    "a llama.cpp model verifies and drafts chains only (a llama.cpp sequence holds one chain); use "
+    "verification: sequential, or target_engine: hf"
+)
 
 
 class GgufSequence(PrefixCache):
@@ -135,8 +137,14 @@ def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> Lla
     """The .gguf at `source` as a target; a file llama.cpp cannot run is one ModelLoadError line naming it."""
     from specdec.models import load_tokenizer  # deferred: transformers, only once a file is found
 
-    options = GgufOptions(threads=settings.threads, context_tokens=settings.context_tokens, max_sequences=settings.max_sequences,
-                          device=settings.device, min_pass_tokens=2, failure=SpecdecError)
+    options = GgufOptions(
+        threads=settings.threads,
+        context_tokens=settings.context_tokens,
+        max_sequences=settings.max_sequences,
+        device=settings.device,
+        min_pass_tokens=2,
+        failure=SpecdecError,
+    )
     gguf = load_gguf(source, options)
     try:
         tokenizer = load_tokenizer(source)

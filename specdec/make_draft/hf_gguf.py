@@ -53,11 +53,17 @@ class LlamaShape:
             raise DraftConversionError(f"unsupported rope scaling {rope_type!r} in {source}: make-draft converts default and linear rope")
         heads = config["num_attention_heads"]
         return LlamaShape(
-            context_length=config["max_position_embeddings"], embedding_length=config["hidden_size"],
-            block_count=config["num_hidden_layers"], feed_forward_length=config["intermediate_size"], head_count=heads,
-            head_count_kv=config.get("num_key_value_heads") or heads, head_dim=config.get("head_dim") or config["hidden_size"] // heads,
-            rms_norm_eps=config.get("rms_norm_eps", 1e-6), rope_theta=config.get("rope_theta", rope.get("rope_theta", 10000.0)),
-            rope_linear_factor=scaling["factor"] if rope_type == "linear" else None, vocab_size=config["vocab_size"],
+            context_length=config["max_position_embeddings"],
+            embedding_length=config["hidden_size"],
+            block_count=config["num_hidden_layers"],
+            feed_forward_length=config["intermediate_size"],
+            head_count=heads,
+            head_count_kv=config.get("num_key_value_heads") or heads,
+            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            rms_norm_eps=config.get("rms_norm_eps", 1e-6),
+            rope_theta=config.get("rope_theta", rope.get("rope_theta", 10000.0)),
+            rope_linear_factor=scaling["factor"] if rope_type == "linear" else None,
+            vocab_size=config["vocab_size"],
             tied_embeddings=config.get("tie_word_embeddings", False),
         )
 
@@ -99,9 +105,11 @@ def read_config(model_dir: Path) -> dict:
         raise DraftConversionError(f"cannot read {path}: {error}") from error
     architectures = config.get("architectures") or [config.get("model_type", "unknown")]
     if architectures[0] not in SUPPORTED_ARCHITECTURES:
-        raise DraftConversionError(f"unsupported architecture {architectures[0]} in {path}: make-draft converts "
-                                   f"{', '.join(SUPPORTED_ARCHITECTURES)}; convert others with llama.cpp's convert_hf_to_gguf.py "
-                                   "and pass the .gguf")
+        raise DraftConversionError(
+            f"unsupported architecture {architectures[0]} in {path}: make-draft converts "
+            f"{', '.join(SUPPORTED_ARCHITECTURES)}; convert others with llama.cpp's convert_hf_to_gguf.py "
+            "and pass the .gguf"
+        )
     return config
 
 
@@ -123,8 +131,13 @@ def write_gguf(model_dir: Path, out: Path, tokenizer) -> Path:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    with tqdm(total=sum(int(np.prod(t.shape)) * t.dtype.itemsize for t in tensors), desc=f"converting {model_dir.name}",
-              unit="B", unit_scale=True, disable=None) as bar:
+    with tqdm(
+        total=sum(int(np.prod(t.shape)) * t.dtype.itemsize for t in tensors),
+        desc=f"converting {model_dir.name}",
+        unit="B",
+        unit_scale=True,
+        disable=None,
+    ) as bar:
         for tensor in tensors:
             data = _prepared(tensor, shape)
             writer.write_tensor_data(data)
@@ -143,7 +156,7 @@ def _plan(model_dir: Path, shape: LlamaShape) -> list[_Tensor]:
     for file in files:
         try:
             with safe_open(file, framework="pt") as weights:
-                for hf_name in weights.keys():
+                for hf_name in weights.keys():  # noqa: SIM118 -- safetensors' safe_open has keys(), not __contains__/__iter__
                     if hf_name.endswith(_SKIPPED_SUFFIXES) or (shape.tied_embeddings and hf_name == "lm_head.weight"):
                         continue
                     gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))

@@ -19,8 +19,10 @@ from specdec.errors import DraftConversionError
 
 _GPT2_SPLIT = {"type": "ByteLevel", "use_regex": True, "add_prefix_space": False}
 _DIGITS = {"type": "Digits", "individual_digits": True}
-_LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-                 r"|\s+(?!\S)|\s+")
+_LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
 # Texts whose ids llama.cpp must reproduce: words, digits, punctuation, whitespace runs, non-Latin
 # scripts, emoji, code and the chat markers (special tokens, when the tokenizer has them).
 SAMPLE_TEXTS = [
@@ -50,16 +52,19 @@ def add_tokenizer(writer: gguf.GGUFWriter, model_dir: Path, tokenizer, vocab_siz
 def _tokenizer_json(model_dir: Path) -> dict:
     path = model_dir / "tokenizer.json"
     if not path.is_file():
-        raise DraftConversionError(f"{model_dir} has no tokenizer.json: make-draft converts byte-level BPE tokenizers "
-                                   "(fast tokenizer files) only")
+        raise DraftConversionError(
+            f"{model_dir} has no tokenizer.json: make-draft converts byte-level BPE tokenizers (fast tokenizer files) only"
+        )
     try:
         spec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise DraftConversionError(f"cannot read {path}: {error}") from error
     model_type = (spec.get("model") or {}).get("type")
     if model_type != "BPE" or spec.get("normalizer") is not None:
-        raise DraftConversionError(f"unsupported tokenizer in {path}: model {model_type}, normalizer "
-                                   f"{(spec.get('normalizer') or {}).get('type')}; make-draft converts byte-level BPE without a normalizer")
+        raise DraftConversionError(
+            f"unsupported tokenizer in {path}: model {model_type}, normalizer "
+            f"{(spec.get('normalizer') or {}).get('type')}; make-draft converts byte-level BPE without a normalizer"
+        )
     return spec
 
 
@@ -71,8 +76,12 @@ def _pre_tokenizer_name(spec: dict) -> str:
         return "gpt-2"
     if len(steps) == 2 and _matches(steps[0], _DIGITS) and _matches(steps[1], _GPT2_SPLIT):
         return "smollm"  # digits one by one, then GPT-2's rules
-    if (len(steps) == 2 and steps[0].get("type") == "Split" and steps[0].get("pattern", {}).get("Regex") == _LLAMA3_REGEX
-            and _matches(steps[1], {"type": "ByteLevel", "use_regex": False})):
+    if (
+        len(steps) == 2
+        and steps[0].get("type") == "Split"
+        and steps[0].get("pattern", {}).get("Regex") == _LLAMA3_REGEX
+        and _matches(steps[1], {"type": "ByteLevel", "use_regex": False})
+    ):
         return "llama-bpe"
     raise DraftConversionError(f"unsupported pre-tokenizer {json.dumps(pre)[:200]}: make-draft knows GPT-2's, SmolLM's and Llama 3's")
 
@@ -105,8 +114,10 @@ def _added_specials(tokenizer) -> dict[str, bool]:
     plain = tokenizer.encode("a", add_special_tokens=False)
     marked = tokenizer.encode("a", add_special_tokens=True)
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
-    return {"bos": bos is not None and len(marked) > len(plain) and marked[0] == bos,
-            "eos": eos is not None and len(marked) > len(plain) and marked[-1] == eos}
+    return {
+        "bos": bos is not None and len(marked) > len(plain) and marked[0] == bos,
+        "eos": eos is not None and len(marked) > len(plain) and marked[-1] == eos,
+    }
 
 
 def check_tokenization(gguf_path: Path, tokenizer) -> None:
@@ -129,5 +140,7 @@ def check_tokenization(gguf_path: Path, tokenizer) -> None:
 def _check_same_ids(text: str, got: list[int], expected: list[int]) -> None:
     if got != expected:
         at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
-        raise DraftConversionError(f"llama.cpp splits {text[:40]!r} differently from the HF tokenizer (first difference at "
-                                   f"token {at}: {got[at:at + 3]} vs {expected[at:at + 3]}); the GGUF would not share its vocabulary")
+        raise DraftConversionError(
+            f"llama.cpp splits {text[:40]!r} differently from the HF tokenizer (first difference at "
+            f"token {at}: {got[at : at + 3]} vs {expected[at : at + 3]}); the GGUF would not share its vocabulary"
+        )

@@ -21,9 +21,15 @@ from specdec.errors import DraftConversionError
 
 # --type name -> llama.cpp file type (llama.h's LLAMA_FTYPE_*). q8_0 and q4_0 are the ones measured as drafts.
 QUANT_TYPES = {
-    "f32": "LLAMA_FTYPE_ALL_F32", "f16": "LLAMA_FTYPE_MOSTLY_F16", "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
-    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K", "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
-    "q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0", "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
+    "f32": "LLAMA_FTYPE_ALL_F32",
+    "f16": "LLAMA_FTYPE_MOSTLY_F16",
+    "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+    "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K",
+    "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
+    "q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0",
+    "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
+    "q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
     "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
 }
 _TENSOR_LINE = re.compile(rb"\[\s*(\d+)/\s*(\d+)\]")
@@ -41,8 +47,9 @@ def import_llama_cpp():
     try:
         import llama_cpp
     except ImportError as error:
-        raise DraftConversionError("make-draft needs llama-cpp-python (llama.cpp's quantizer): "
-                                   "pip install 'llama-cpp-python==0.3.36'") from error
+        raise DraftConversionError(
+            "make-draft needs llama-cpp-python (llama.cpp's quantizer): pip install 'llama-cpp-python==0.3.36'"
+        ) from error
     return llama_cpp
 
 
@@ -101,8 +108,10 @@ def quantize_gguf(source: Path, out: Path, quant_type: str, threads: int | None 
     # NOTE: an already quantized source (the default target's Q4_1) is dequantized, then quantized again;
     # llama.cpp refuses that unless asked, since the rounding compounds. For a draft that is the point.
     params.allow_requantize = True
-    with tqdm(desc=f"quantizing to {quant_type}", unit="tensor", disable=None) as bar, \
-            captured_llama_log(LlamaLog(_follow_tensor_lines(bar))) as log:
+    with (
+        tqdm(desc=f"quantizing to {quant_type}", unit="tensor", disable=None) as bar,
+        captured_llama_log(LlamaLog(_follow_tensor_lines(bar))) as log,
+    ):
         status = llama_cpp.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
     if status != 0:
         raise DraftConversionError(f"llama.cpp could not quantize {source}: {log.reason()}")

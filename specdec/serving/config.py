@@ -47,8 +47,12 @@ class ModelSection(_Section):
     target_path: str | None = None
     draft_path: str | None = None
     draft_method: DraftMethod = DraftMethod.MODEL
-    target_engine: TargetEngine = Field(TargetEngine.AUTO, description="what runs the target: auto (llama_cpp for a .gguf, else hf), hf or llama_cpp")
-    target_context_tokens: int = Field(16384, ge=256, le=1 << 20, description="KV cache cells all sessions of a llama_cpp target share (allocated at start)")
+    target_engine: TargetEngine = Field(
+        TargetEngine.AUTO, description="what runs the target: auto (llama_cpp for a .gguf, else hf), hf or llama_cpp"
+    )
+    target_context_tokens: int = Field(
+        16384, ge=256, le=1 << 20, description="KV cache cells all sessions of a llama_cpp target share (allocated at start)"
+    )
     layer_skip_layers: int | None = Field(None, ge=1, description="target layers the layer-skip draft keeps; default half")
     device: str = "auto"
     draft_device: str = "auto"
@@ -56,19 +60,29 @@ class ModelSection(_Section):
     draft_quantization: str | None = Field(None, pattern="^(int8)$")
     # Prompt lookup before the draft model (drafters/prompt_lookup.py): free candidates where the
     # output quotes the prompt or repeats itself. Off for a draft that is right more often than a lookup.
-    prompt_lookup: bool = Field(True, description="propose the continuation of an earlier occurrence of the last n-gram before asking the draft model")
+    prompt_lookup: bool = Field(
+        True, description="propose the continuation of an earlier occurrence of the last n-gram before asking the draft model"
+    )
     prompt_lookup_min_ngram: int = Field(2, ge=1, le=16, description="shortest suffix n-gram that counts as a match")
     prompt_lookup_max_ngram: int = Field(3, ge=1, le=16, description="longest suffix n-gram tried first")
-    model_draft_tokens: int | None = Field(None, ge=1, le=64, description="most candidates per block from the draft model; default: speculative.draft_tokens")
+    model_draft_tokens: int | None = Field(
+        None, ge=1, le=64, description="most candidates per block from the draft model; default: speculative.draft_tokens"
+    )
     # draft_method gguf: draft_path is a .gguf file that llama.cpp runs (drafters/gguf.py).
-    gguf_threads: int | None = Field(None, ge=1, le=256, description="llama.cpp threads of the gguf draft; default: draft_service.cpu_threads, else one per core")
-    gguf_context_tokens: int = Field(16384, ge=256, le=1 << 20, description="KV cache cells all sessions of the gguf draft share (allocated at start)")
+    gguf_threads: int | None = Field(
+        None, ge=1, le=256, description="llama.cpp threads of the gguf draft; default: draft_service.cpu_threads, else one per core"
+    )
+    gguf_context_tokens: int = Field(
+        16384, ge=256, le=1 << 20, description="KV cache cells all sessions of the gguf draft share (allocated at start)"
+    )
 
     @model_validator(mode="after")
     def _lookup_ngrams_ordered(self) -> ModelSection:
         if self.prompt_lookup_min_ngram > self.prompt_lookup_max_ngram:
-            raise ValueError(f"prompt_lookup_min_ngram ({self.prompt_lookup_min_ngram}) is larger than "
-                             f"prompt_lookup_max_ngram ({self.prompt_lookup_max_ngram})")
+            raise ValueError(
+                f"prompt_lookup_min_ngram ({self.prompt_lookup_min_ngram}) is larger than "
+                f"prompt_lookup_max_ngram ({self.prompt_lookup_max_ngram})"
+            )
         return self
 
 
@@ -88,7 +102,12 @@ class SpeculativeSection(_Section):
     # with a seed, rejection for one without. A mode named here applies to every request that names none.
     acceptance: AcceptanceMode | None = None
     draft_top_k: int = Field(32, ge=1)
-    prediction_draft_tokens: int = Field(64, ge=1, le=64, description="most candidates per block drafted from a request's prediction (blocks start at 16 and double while accepted in full)")
+    prediction_draft_tokens: int = Field(
+        64,
+        ge=1,
+        le=64,
+        description="most candidates per block drafted from a request's prediction (blocks start at 16 and double while accepted in full)",
+    )
 
     @model_validator(mode="after")
     def _min_draft_tokens_within_draft_tokens(self) -> SpeculativeSection:
@@ -106,8 +125,10 @@ class SpeculativeSection(_Section):
         elif not rule(self.acceptance).verifies_trees:
             raise ValueError(TREE_REFUSAL)
         if self.tree_nodes < self.draft_tokens:
-            raise ValueError(f"tree_nodes ({self.tree_nodes}) is smaller than draft_tokens ({self.draft_tokens}): "
-                             "the tree holds at least the draft_tokens-long chain")
+            raise ValueError(
+                f"tree_nodes ({self.tree_nodes}) is smaller than draft_tokens ({self.draft_tokens}): "
+                "the tree holds at least the draft_tokens-long chain"
+            )
         return self
 
     @property
@@ -148,10 +169,19 @@ class ServingSection(_Section):
     rate_limit_rpm: int | None = Field(None, ge=1, description="requests per minute per API key")
     rate_limit_tpm: int | None = Field(None, ge=1, description="completion tokens per minute per API key")
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    body_refusals_per_s: float = Field(4.0, gt=0, le=10_000, description="413s for oversized bodies answered a second; "
-                                       "more wait their turn, their uploads paused (up to 64; beyond, the connection is closed)")
-    refusals_per_s_per_client: float = Field(8.0, ge=0, le=10_000, description="4xx answers a second per client (API key, else "
-                                             "address); more wait their turn, a lone one is answered at once; 0: off")
+    body_refusals_per_s: float = Field(
+        4.0,
+        gt=0,
+        le=10_000,
+        description="413s for oversized bodies answered a second; "
+        "more wait their turn, their uploads paused (up to 64; beyond, the connection is closed)",
+    )
+    refusals_per_s_per_client: float = Field(
+        8.0,
+        ge=0,
+        le=10_000,
+        description="4xx answers a second per client (API key, else address); more wait their turn, a lone one is answered at once; 0: off",
+    )
     max_n: int = Field(8, ge=1)
     max_tokens_limit: int = Field(8192, ge=1, description="largest max_tokens a request may ask for")
     request_timeout_s: float = Field(600.0, gt=0)
@@ -159,7 +189,9 @@ class ServingSection(_Section):
 
 
 class ObservabilitySection(_Section):
-    metrics_port: int = Field(9090, ge=1, le=65535, description="not read: each service has its own metrics_port; accepted so files in the documented format load")
+    metrics_port: int = Field(
+        9090, ge=1, le=65535, description="not read: each service has its own metrics_port; accepted so files in the documented format load"
+    )
     log_level: str = Field("info", pattern="^(debug|info|warning|error|critical)$")
     log_format: str = Field("json", pattern="^(json|text)$", description="services log one JSON object per line")
     log_content: bool = Field(False, description="include prompt and output text in the gateway's audit lines")
@@ -169,7 +201,9 @@ class _BatchingSection(_Section):
     """Continuous batching of a service's sessions and the budget of their KV caches."""
 
     max_batch_size: int | None = Field(None, ge=1, description="sessions sharing one forward pass; default: serving.max_batch_size")
-    batch_wait_ms: float = Field(50.0, ge=0, le=1000, description="longest wait for more sessions to join a pass (also at most half a pass)")
+    batch_wait_ms: float = Field(
+        50.0, ge=0, le=1000, description="longest wait for more sessions to join a pass (also at most half a pass)"
+    )
     kv_cache_bytes: int | None = Field(None, ge=1, description="KV cache budget in bytes; default: kv_cache_fraction of free memory")
     kv_cache_fraction: float = Field(0.5, gt=0, le=1, description="share of the memory free after loading that KV caches may use")
     admission_timeout_s: float = Field(30.0, gt=0, description="longest wait of a new session for KV cache room")
@@ -195,12 +229,16 @@ class VerifyServiceSection(_BatchingSection):
     draft_endpoint: str | None = "localhost:50051"
     draft_round_timeout_ms: float = Field(2000.0, gt=0, description="a draft slower than this for one block is abandoned")
     max_sessions: int = Field(64, ge=1)
-    default_max_tokens: int | None = Field(None, ge=1, description="max_tokens of a request that sets none; default: to the end of the context")
+    default_max_tokens: int | None = Field(
+        None, ge=1, description="max_tokens of a request that sets none; default: to the end of the context"
+    )
     grace_seconds: float = Field(10.0, ge=0, description="time in-flight requests get on shutdown")
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
     load_aware_speculation: bool = Field(True, description="no drafting at loads where it measurably delivers fewer tokens/s")
     load_window_s: float = Field(2.0, gt=0, description="length of the load-aware policy's measurement windows")
-    stream_idle_timeout_s: float = Field(30.0, gt=0, description="a Verify stream with no message for this long is closed (DEADLINE_EXCEEDED)")
+    stream_idle_timeout_s: float = Field(
+        30.0, gt=0, description="a Verify stream with no message for this long is closed (DEADLINE_EXCEEDED)"
+    )
     max_unopened_streams_per_peer: int = Field(16, ge=1, description="Verify streams one client address may hold before sending `open`")
 
 
@@ -281,4 +319,3 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecdecError(f"config file {path} must be a mapping of sections, got {type(data).__name__}")
     return data
-

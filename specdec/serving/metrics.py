@@ -43,12 +43,16 @@ class ServiceMetrics:
         self.service = service
         self.registry = registry = CollectorRegistry()
         self.requests = Counter(f"{prefix}requests", "Finished requests by outcome code", ["code"], registry=registry)
-        self.e2e_latency = Histogram(f"{prefix}e2e_request_latency_seconds", "Request latency, end to end", registry=registry,
-                                     buckets=_LATENCY_BUCKETS)
+        self.e2e_latency = Histogram(
+            f"{prefix}e2e_request_latency_seconds", "Request latency, end to end", registry=registry, buckets=_LATENCY_BUCKETS
+        )
         self.running = Gauge(f"{prefix}requests_running", "Requests (sessions) being served", registry=registry)
         # A restart resets every counter here, so the count lives with the supervisor, which hands it over.
-        self.process_restarts = Gauge(f"{prefix}process_restarts", f"Restarts of this service by `specdec up` so far (${RESTARTS_ENV}; "
-                                      "0 elsewhere: compose and Kubernetes count their own)", registry=registry)
+        self.process_restarts = Gauge(
+            f"{prefix}process_restarts",
+            f"Restarts of this service by `specdec up` so far (${RESTARTS_ENV}; 0 elsewhere: compose and Kubernetes count their own)",
+            registry=registry,
+        )
         self.process_restarts.set(_restarts_from_environment())
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
@@ -81,12 +85,16 @@ class GatewayMetrics(ServiceMetrics):
     def __init__(self) -> None:
         super().__init__("gateway", prefix="specdec_gateway_")
         registry = self.registry
-        self.time_to_first_token = Histogram("specdec_gateway_time_to_first_token_seconds",
-                                             "Time from the HTTP request to its first token (or whole reply), queueing included",
-                                             registry=registry, buckets=_LATENCY_BUCKETS)
+        self.time_to_first_token = Histogram(
+            "specdec_gateway_time_to_first_token_seconds",
+            "Time from the HTTP request to its first token (or whole reply), queueing included",
+            registry=registry,
+            buckets=_LATENCY_BUCKETS,
+        )
         self.waiting = Gauge("specdec_requests_waiting", "Requests waiting for a slot", registry=registry)
-        self.queue_time = Histogram("specdec_request_queue_time_seconds", "Time waiting for an admission slot", registry=registry,
-                                    buckets=_LATENCY_BUCKETS)
+        self.queue_time = Histogram(
+            "specdec_request_queue_time_seconds", "Time waiting for an admission slot", registry=registry, buckets=_LATENCY_BUCKETS
+        )
         ProcessCollector(registry=registry)
 
 
@@ -98,27 +106,42 @@ class VerifyMetrics(ModelServiceMetrics):
         super().__init__("verify")
         registry = self.registry
         self.generated_tokens = Counter("specdec_generated_tokens", "Tokens emitted to callers", registry=registry)
-        self.time_to_first_token = Histogram("specdec_time_to_first_token_seconds", "Time to the first token", registry=registry,
-                                             buckets=_LATENCY_BUCKETS)
+        self.time_to_first_token = Histogram(
+            "specdec_time_to_first_token_seconds", "Time to the first token", registry=registry, buckets=_LATENCY_BUCKETS
+        )
         self.num_drafts = Counter("specdec_spec_decode_num_drafts", "Verification rounds that had draft candidates", registry=registry)
         self.num_draft_tokens = Counter("specdec_spec_decode_num_draft_tokens", "Draft tokens proposed", registry=registry)
         self.num_accepted_tokens = Counter("specdec_spec_decode_num_accepted_tokens", "Draft tokens accepted", registry=registry)
         self.fallbacks = Counter("specdec_spec_decode_fallbacks", "Requests that fell back to target-only decoding", registry=registry)
-        self.accepted_per_position = Counter("specdec_spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by position in the block",
-                                             ["position"], registry=registry)
+        self.accepted_per_position = Counter(
+            "specdec_spec_decode_num_accepted_tokens_per_pos",
+            "Accepted draft tokens by position in the block",
+            ["position"],
+            registry=registry,
+        )
         # Did a finished speculative request draft at all (policy auto may run it without drafting)?
-        self.speculative_requests = Counter("specdec_speculative_requests",
-                                            "Finished speculative requests by speculation policy and whether any round drafted",
-                                            ["policy", "drafted"], registry=registry)
+        self.speculative_requests = Counter(
+            "specdec_speculative_requests",
+            "Finished speculative requests by speculation policy and whether any round drafted",
+            ["policy", "drafted"],
+            registry=registry,
+        )
         self.target_forwards = Counter("specdec_target_forwards", "Target forward passes (rounds and target-only steps)", registry=registry)
-        self.inter_token_latency = Histogram("specdec_inter_token_latency_seconds", "Time between emitted tokens", registry=registry,
-                                             buckets=_ROUND_BUCKETS)
+        self.inter_token_latency = Histogram(
+            "specdec_inter_token_latency_seconds", "Time between emitted tokens", registry=registry, buckets=_ROUND_BUCKETS
+        )
         self.round_duration = _round_duration(registry)
-        self.chosen_k = Histogram("specdec_spec_decode_chosen_k", "Draft tokens asked for per round (K; adaptive K chooses it)",
-                                  registry=registry, buckets=_DRAFT_LENGTH_BUCKETS)
-        self.load_policy_drafting = Gauge("specdec_load_policy_drafting",
-                                          "1 while the load-aware policy lets sessions draft, 0 while it runs plain target steps",
-                                          registry=registry)
+        self.chosen_k = Histogram(
+            "specdec_spec_decode_chosen_k",
+            "Draft tokens asked for per round (K; adaptive K chooses it)",
+            registry=registry,
+            buckets=_DRAFT_LENGTH_BUCKETS,
+        )
+        self.load_policy_drafting = Gauge(
+            "specdec_load_policy_drafting",
+            "1 while the load-aware policy lets sessions draft, 0 while it runs plain target steps",
+            registry=registry,
+        )
 
     def record_round(self, num_candidates: int, num_accepted: int) -> None:
         self.target_forwards.inc()
@@ -137,18 +160,29 @@ class DraftMetrics(ModelServiceMetrics):
         super().__init__("draft")
         registry = self.registry
         # not specdec_spec_decode_num_draft_tokens: verify counts the candidates it verifies under that name
-        self.proposed_tokens = Counter("specdec_draft_proposed_tokens", "Draft tokens proposed in the blocks this service returned",
-                                       registry=registry)
+        self.proposed_tokens = Counter(
+            "specdec_draft_proposed_tokens", "Draft tokens proposed in the blocks this service returned", registry=registry
+        )
         self.round_duration = _round_duration(registry)
-        self.predrafted_blocks = Counter("specdec_draft_predrafted_blocks", "Blocks drafted ahead, by outcome: used (the guess held) or discarded",
-                                         ["outcome"], registry=registry)
-        self.predraft_saved = Counter("specdec_draft_predraft_saved_seconds", "Draft compute taken off the critical path by drafting ahead",
-                                      registry=registry)
+        self.predrafted_blocks = Counter(
+            "specdec_draft_predrafted_blocks",
+            "Blocks drafted ahead, by outcome: used (the guess held) or discarded",
+            ["outcome"],
+            registry=registry,
+        )
+        self.predraft_saved = Counter(
+            "specdec_draft_predraft_saved_seconds", "Draft compute taken off the critical path by drafting ahead", registry=registry
+        )
 
 
 def _round_duration(registry: CollectorRegistry) -> Histogram:
-    return Histogram("specdec_round_duration_seconds", "Verification round time by phase (draft, target, transport)", ["phase"],
-                     registry=registry, buckets=_ROUND_BUCKETS)
+    return Histogram(
+        "specdec_round_duration_seconds",
+        "Verification round time by phase (draft, target, transport)",
+        ["phase"],
+        registry=registry,
+        buckets=_ROUND_BUCKETS,
+    )
 
 
 def _restarts_from_environment() -> int:

@@ -19,8 +19,13 @@ class RefusalPacer:
     shares. A client looping oversized uploads would take that much of the host; paced, it waits with
     its upload paused (the server reads nothing meanwhile). A lone refusal is answered at once."""
 
-    def __init__(self, per_second: float, max_waiting: int = 64, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(
+        self,
+        per_second: float,
+        max_waiting: int = 64,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.interval_s = 1.0 / per_second
         self.max_waiting = max_waiting
         self.clock, self.sleep = clock, sleep

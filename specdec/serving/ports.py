@@ -10,8 +10,11 @@ import socket
 
 from specdec.errors import SpecdecError
 
-_REASONS = {errno.EADDRINUSE: "the port is in use", errno.EACCES: "permission denied (a port below 1024 needs privileges)",
-            errno.EADDRNOTAVAIL: "no interface of this host has that address"}
+_REASONS = {
+    errno.EADDRINUSE: "the port is in use",
+    errno.EACCES: "permission denied (a port below 1024 needs privileges)",
+    errno.EADDRNOTAVAIL: "no interface of this host has that address",
+}
 
 
 def bare_host(host: str) -> str:
@@ -31,8 +34,7 @@ def bound_socket(host: str, port: int) -> socket.socket:
     SO_REUSEADDR as gRPC, uvicorn and http.server set it: a port left in TIME_WAIT by a process that
     stopped is free to them, so it is free here. No SO_REUSEPORT: a port another server holds is busy.
     """
-    family, kind, proto, _, address = socket.getaddrinfo(bare_host(host) or None, port, type=socket.SOCK_STREAM,
-                                                         flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, address = socket.getaddrinfo(bare_host(host) or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

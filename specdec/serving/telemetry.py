@@ -66,9 +66,11 @@ class ExportErrorsOncePerInterval(logging.Filter):
         if self.last_shown is not None and now - self.last_shown < self.interval_s:
             self.suppressed += 1
             return False
-        hint = (f" (traces cannot reach the OTLP collector at {self.endpoint}: start it, or unset OTEL_EXPORTER_OTLP_ENDPOINT "
-                f"to turn tracing off; export errors are logged at most once every {self.interval_s:.0f} s"
-                + (f", {self.suppressed} left out since the last)" if self.suppressed else ")"))
+        hint = (
+            f" (traces cannot reach the OTLP collector at {self.endpoint}: start it, or unset OTEL_EXPORTER_OTLP_ENDPOINT "
+            f"to turn tracing off; export errors are logged at most once every {self.interval_s:.0f} s"
+            + (f", {self.suppressed} left out since the last)" if self.suppressed else ")")
+        )
         record.msg, record.args, record.exc_info, record.exc_text = record.getMessage() + hint, (), None, None
         self.last_shown, self.suppressed = now, 0
         return True

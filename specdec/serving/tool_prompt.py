@@ -98,9 +98,10 @@ def render_input(turns: list[ChatTurn], tools: list[dict], native: bool) -> Rend
 def _native_message(turn: ChatTurn) -> dict:
     message = {"role": turn.role, "content": turn.content}
     if turn.tool_calls:
-        message["tool_calls"] = [{"id": call.id, "type": "function",
-                                  "function": {"name": call.name, "arguments": _arguments_object(call.arguments)}}
-                                 for call in turn.tool_calls]
+        message["tool_calls"] = [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": _arguments_object(call.arguments)}}
+            for call in turn.tool_calls
+        ]
     if turn.tool_call_id:
         message["tool_call_id"] = turn.tool_call_id
     if turn.name:

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import yaml
-
 from deploy_support import ROOT, StrictLoader
 
 COMPOSE = ROOT / "compose.yaml"
@@ -14,6 +13,7 @@ OVERRIDES = {"single-gpu": ROOT / "compose.single-gpu.yaml", "cpu": ROOT / "comp
 
 
 # --- loading and merging, the way `docker compose -f a -f b` does -------------------------------------
+
 
 class _Reset:
     """`!reset`: drop the key inherited from the files before."""

@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import yaml
-
 from deploy_support import ROOT, StrictLoader
 
 K8S = ROOT / "deploy" / "k8s"

@@ -10,8 +10,7 @@ import re
 
 import pytest
 import yaml
-
-from compose_support import COMPOSE, OVERRIDES, VARIANTS, plain, duration_s, environment, load_variant, load_yaml
+from compose_support import COMPOSE, OVERRIDES, VARIANTS, duration_s, environment, load_variant, load_yaml, plain
 from deploy_support import DRAIN_S, METRICS_PORTS, PORTS, ROLES, ROOT, parse_cli
 
 try:
@@ -24,8 +23,6 @@ except ImportError:  # pragma: no cover
 SCHEMA = ROOT / "deploy" / "schemas" / "compose-spec.json"
 
 IMAGE_RE = re.compile(r"^\$\{SPECDEC_IMAGE(:-[^}]+)?\}:\$\{SPECDEC_TAG(:[-?][^}]*)?\}$")
-
-
 
 
 @pytest.fixture(scope="module", params=VARIANTS)
@@ -46,6 +43,7 @@ def compose_schema() -> dict:
 
 
 # --- schema -----------------------------------------------------------------------------------------
+
 
 def schema_validator(schema: dict):
     """The validator for the draft the schema declares. compose-spec.json says
@@ -73,7 +71,8 @@ def test_compose_files_validate_against_the_compose_spec(variant, compose_schema
     validator = schema_validator(compose_schema)
     errors = sorted(validator.iter_errors(document), key=lambda error: [str(part) for part in error.absolute_path])
     assert not errors, f"compose ({name}) does not match the Compose Specification:\n" + "\n".join(
-        f"  {'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}" for error in errors)
+        f"  {'.'.join(map(str, error.absolute_path)) or '<root>'}: {error.message}" for error in errors
+    )
 
 
 def test_override_files_only_touch_services_of_the_base_file(base):
@@ -89,6 +88,7 @@ def test_expected_services(base):
 
 
 # --- the specdec roles -------------------------------------------------------------------------------
+
 
 def test_commands_parse_with_the_specdec_cli(variant):
     name, document = variant
@@ -185,7 +185,9 @@ def test_stop_grace_period_covers_the_drain(variant):
     for role in ROLES:
         period = document["services"][role].get("stop_grace_period")
         assert period, f"{name}: {role} sets stop_grace_period"
-        assert duration_s(period) >= DRAIN_S[role] + 5, f"{name}: {role}: stop_grace_period {period} leaves no margin over its {DRAIN_S[role]} s drain"
+        assert duration_s(period) >= DRAIN_S[role] + 5, (
+            f"{name}: {role}: stop_grace_period {period} leaves no margin over its {DRAIN_S[role]} s drain"
+        )
 
 
 def test_image_tag_comes_from_one_variable(base):
@@ -242,8 +244,9 @@ def test_specdec_roles_build_the_image_from_this_checkout(variant):
         dockerfile = context / (build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile")
         assert context.resolve() == ROOT and dockerfile.is_file(), f"{name}: {role} builds {dockerfile}"
     images = {document["services"][role]["image"] for role in ROLES}
-    assert images == {"${SPECDEC_IMAGE:-localhost/specdec}:${SPECDEC_TAG:-local}"}, \
+    assert images == {"${SPECDEC_IMAGE:-localhost/specdec}:${SPECDEC_TAG:-local}"}, (
         f"{name}: one local default image, overridable for a registry: {images}"
+    )
 
 
 def test_health_checks_keep_start_interval_except_for_podman():
@@ -347,6 +350,7 @@ def test_monitoring_services_mount_the_repo_config(base):
     assert {"/etc/grafana/provisioning/datasources", "/etc/grafana/provisioning/dashboards"} <= grafana_targets
     provider = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/specdec.yml").read_text(encoding="utf-8"))
     dashboards_dir = provider["providers"][0]["options"]["path"]
-    assert any(target.startswith(dashboards_dir + "/") and target.endswith(".json") for target in grafana_targets), \
+    assert any(target.startswith(dashboards_dir + "/") and target.endswith(".json") for target in grafana_targets), (
         f"the dashboard is mounted where the provider looks ({dashboards_dir})"
+    )
     assert environment(services["grafana"]).get("GF_SECURITY_ADMIN_PASSWORD__FILE", "").startswith("/run/secrets/")

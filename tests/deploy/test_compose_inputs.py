@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from deploy_support import ROOT
 
 
@@ -19,8 +18,18 @@ def compose_inputs(tmp_path: Path) -> subprocess.CompletedProcess:
         pytest.fail("make is not installed (Debian: apt-get install make)", pytrace=False)
     # -o install: use this interpreter's environment as it is, never (re)install into it.
     bin_dir = Path(sys.executable).parent
-    command = ["make", "-C", str(ROOT), "-o", "install", "compose-inputs", f"BIN={bin_dir}", f"PYTHON={sys.executable}",
-               f"MODELS_DIR={tmp_path / 'models'}", f"SECRETS_DIR={tmp_path / 'secrets'}"]
+    command = [
+        "make",
+        "-C",
+        str(ROOT),
+        "-o",
+        "install",
+        "compose-inputs",
+        f"BIN={bin_dir}",
+        f"PYTHON={sys.executable}",
+        f"MODELS_DIR={tmp_path / 'models'}",
+        f"SECRETS_DIR={tmp_path / 'secrets'}",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=True)
 

@@ -70,8 +70,9 @@ def test_dockerfile_installs_the_committed_requirements_and_checks_them():
     copies = [rest.split() for keyword, rest in dockerfile_instructions() if keyword == "COPY"]
     assert ["requirements/image.txt", "/opt/specdec-requirements.txt"] in copies, "COPY requirements/image.txt"
     assert any("--requirement /opt/specdec-requirements.txt" in run for run in runs)
-    assert any("--constraint /opt/specdec-requirements.txt" in run and "torch==" in run for run in runs), \
+    assert any("--constraint /opt/specdec-requirements.txt" in run and "torch==" in run for run in runs), (
         "torch's own dependencies are held to the same pins"
+    )
     assert any("pip check" in run for run in runs), "`pip check` proves the pinned closure complete"
     assert any(run.startswith("python3 -m venv /opt/venv") for run in runs), "python3 (a Debian base has no `python`)"
 
@@ -108,14 +109,17 @@ def test_dockerfile_runs_as_the_non_root_specdec_user():
 def test_dockerfile_entrypoint_expose_and_no_healthcheck():
     final = stages()[-1]
     entrypoints = [rest for keyword, rest in final if keyword == "ENTRYPOINT"]
-    assert entrypoints and json.loads(entrypoints[-1]) == ["specdec"], "ENTRYPOINT [\"specdec\"] (exec form)"
+    assert entrypoints and json.loads(entrypoints[-1]) == ["specdec"], 'ENTRYPOINT ["specdec"] (exec form)'
     exposed = {port for keyword, rest in final if keyword == "EXPOSE" for port in rest.split()}
     assert {"8000", "50051", "50052", "9101", "9102"} <= exposed
-    assert not [rest for keyword, rest in dockerfile_instructions() if keyword == "HEALTHCHECK"], \
+    assert not [rest for keyword, rest in dockerfile_instructions() if keyword == "HEALTHCHECK"], (
         "no HEALTHCHECK in the image: compose and k8s set one per role"
+    )
 
 
-FORBIDDEN_SOURCES = re.compile(r"(^|/)(models?|secrets?|\.env|\.venv|\.git)(/|$)|\.(gguf|safetensors|bin|pt|pth|pem|key)$|api_keys", re.IGNORECASE)
+FORBIDDEN_SOURCES = re.compile(
+    r"(^|/)(models?|secrets?|\.env|\.venv|\.git)(/|$)|\.(gguf|safetensors|bin|pt|pth|pem|key)$|api_keys", re.IGNORECASE
+)
 
 
 def test_dockerfile_copies_no_models_or_secrets():
@@ -167,9 +171,17 @@ def project_dependencies() -> list[str]:
 
 
 # The image's platform, for evaluating pyproject's environment markers.
-IMAGE_PLATFORM = {"sys_platform": "linux", "platform_system": "Linux", "os_name": "posix", "platform_machine": "x86_64",
-                  "python_version": "3.11", "python_full_version": "3.11.13", "implementation_name": "cpython",
-                  "platform_python_implementation": "CPython", "extra": ""}
+IMAGE_PLATFORM = {
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "os_name": "posix",
+    "platform_machine": "x86_64",
+    "python_version": "3.11",
+    "python_full_version": "3.11.13",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 
 
 def test_dockerfile_pins_every_runtime_dependency():
@@ -197,8 +209,7 @@ def test_dockerfile_pins_every_runtime_dependency():
 
 
 def test_dockerignore_keeps_weights_secrets_and_caches_out():
-    patterns = {line.strip() for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines()
-                if line.strip() and not line.startswith("#")}
+    patterns = {line.strip() for line in DOCKERIGNORE.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")}
     for required in (".venv", ".git", ".pytest_cache", "models", "secrets", ".env", "**/__pycache__"):
         assert required in patterns, f".dockerignore misses {required}"
     copied = set()

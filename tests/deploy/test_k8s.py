@@ -11,10 +11,25 @@ import os
 import re
 
 import pytest
-
 from deploy_support import DRAIN_S, METRICS_PORTS, PORTS, ROLES, ROOT, parse_cli
-from k8s_support import (DEPLOYMENTS, DRAFT_DNS, K8S, KUBERNETES_VERSION, NAMESPACE, OBJECTS, README, README_OBJECTS, by_kind,
-                         container, manifest_files, object_id, pod_spec, quantity, role_of, selects)
+from k8s_support import (
+    DEPLOYMENTS,
+    DRAFT_DNS,
+    K8S,
+    KUBERNETES_VERSION,
+    NAMESPACE,
+    OBJECTS,
+    README,
+    README_OBJECTS,
+    by_kind,
+    container,
+    manifest_files,
+    object_id,
+    pod_spec,
+    quantity,
+    role_of,
+    selects,
+)
 
 try:
     import kubernetes_validate
@@ -23,11 +38,20 @@ except ImportError:  # pragma: no cover - a missing dev dependency
 
 # --- schema -----------------------------------------------------------------------------------------
 
+
 def test_there_are_manifests():
     assert manifest_files(), f"no manifests in {K8S}"
     kinds = {obj["kind"] for _, obj in OBJECTS}
-    assert {"Namespace", "Deployment", "Service", "PodDisruptionBudget", "Secret", "ConfigMap",
-            "HorizontalPodAutoscaler", "PersistentVolumeClaim"} <= kinds
+    assert {
+        "Namespace",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "Secret",
+        "ConfigMap",
+        "HorizontalPodAutoscaler",
+        "PersistentVolumeClaim",
+    } <= kinds
     assert set(DEPLOYMENTS) == set(ROLES)
 
 
@@ -201,6 +225,7 @@ def test_one_image_pinned_across_roles():
 
 # --- the draft -> verify -> gateway wiring ------------------------------------------------------------
 
+
 def test_verify_round_robins_over_a_headless_draft_service():
     services = by_kind("Service")
     draft_service = services["draft"]
@@ -270,6 +295,7 @@ def test_each_deployment_has_a_pod_disruption_budget():
 
 # --- config, keys, autoscaling -------------------------------------------------------------------------
 
+
 def test_configmap_is_a_valid_specdec_config(tmp_path, monkeypatch):
     from specdec.serving.config import load_config
 
@@ -316,12 +342,15 @@ def test_gateway_reads_keys_from_the_secret_volume():
     assert keys_file.rsplit("/", 1)[1] in {**secret.get("stringData", {}), **secret.get("data", {})}
 
 
-KEY_LIKE = [re.compile(pattern) for pattern in (
-    r"\bsk-[A-Za-z0-9_-]{8,}",                    # OpenAI-style
-    r"\b[A-Fa-f0-9]{32,}\b",                       # hex tokens (openssl rand -hex)
-    r"(?=[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d)[A-Za-z0-9+_=-]{32,}",  # base64-ish, 4+ digits
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-)]
+KEY_LIKE = [
+    re.compile(pattern)
+    for pattern in (
+        r"\bsk-[A-Za-z0-9_-]{8,}",  # OpenAI-style
+        r"\b[A-Fa-f0-9]{32,}\b",  # hex tokens (openssl rand -hex)
+        r"(?=[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d)[A-Za-z0-9+_=-]{32,}",  # base64-ish, 4+ digits
+        r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
+    )
+]
 
 
 def secret_values(secret: dict) -> dict[str, str]:

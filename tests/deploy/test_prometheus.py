@@ -68,8 +68,10 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 QUERYABLE = COUNTERS | GAUGES | {name + suffix for name in HISTOGRAMS for suffix in HISTOGRAM_SUFFIXES}
 METRIC_RE = re.compile(r"specdec_[a-z0-9_]+")  # [a-z0-9]: specdec_e2e_...
 
-PROMTOOL_MISSING = ("promtool is not on PATH: install Debian's prometheus package: "
-                    "apt-get install prometheus (apt-get install -y --no-install-recommends prometheus)")
+PROMTOOL_MISSING = (
+    "promtool is not on PATH: install Debian's prometheus package: "
+    "apt-get install prometheus (apt-get install -y --no-install-recommends prometheus)"
+)
 
 
 def _promtool() -> str:
@@ -82,8 +84,9 @@ def _promtool() -> str:
 
 def _run(*args: str) -> None:
     proc = subprocess.run([_promtool(), *args], check=False, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, (f"promtool {' '.join(args)} exited {proc.returncode}\n"
-                                  f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    assert proc.returncode == 0, (
+        f"promtool {' '.join(args)} exited {proc.returncode}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    )
 
 
 def _load_yaml(path: Path):
@@ -108,8 +111,11 @@ def _dashboard() -> dict:
 
 def _dashboard_exprs(dashboard: dict) -> list[tuple[str, str]]:
     """(where, expr) for every panel target and query variable."""
-    exprs = [(f"panel {panel.get('id')} {panel.get('title')!r} target {target.get('refId')}", target["expr"])
-             for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    exprs = [
+        (f"panel {panel.get('id')} {panel.get('title')!r} target {target.get('refId')}", target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
     for variable in dashboard.get("templating", {}).get("list", []):
         if variable.get("type") == "query":
             query = variable["query"]
@@ -171,8 +177,9 @@ def _exported_by_job() -> dict[str, set[str]]:
     exported = {}
     for job, metrics in (("specdec-gateway", GatewayMetrics()), ("specdec-verify", VerifyMetrics()), ("specdec-draft", DraftMetrics())):
         families = _families(metrics)
-        exported[job] = families["counter"] | families["gauge"] | {
-            name + suffix for name in families["histogram"] for suffix in HISTOGRAM_SUFFIXES}
+        exported[job] = (
+            families["counter"] | families["gauge"] | {name + suffix for name in families["histogram"] for suffix in HISTOGRAM_SUFFIXES}
+        )
     return exported
 
 
@@ -202,7 +209,8 @@ def test_each_service_exports_only_what_it_reports():
 def test_queries_for_one_job_name_metrics_that_job_exports():
     exported, checked = _exported_by_job(), 0
     for where, expr in [(f"alerts.yml {name}", rule["expr"]) for name, rule in _alert_rules().items()] + [
-            (f"dashboard {where}", expr) for where, expr in _dashboard_exprs(_dashboard())]:
+        (f"dashboard {where}", expr) for where, expr in _dashboard_exprs(_dashboard())
+    ]:
         for metric, job in re.findall(r'(specdec_[a-z0-9_]+)\{job="(specdec-[a-z]+)"', expr):
             assert metric in exported[job], f"{where}: {job} does not export {metric}"
             checked += 1
@@ -264,8 +272,9 @@ def test_each_alert_has_a_positive_and_a_negative_unit_test():
             (positive if case.get("exp_alerts") else negative).add(case["alertname"])
             for alert in case.get("exp_alerts") or []:
                 assert alert.get("exp_labels", {}).get("severity"), f"{case['alertname']}: exp_labels without severity"
-                assert set(alert.get("exp_annotations", {})) >= {"summary", "description"}, \
+                assert set(alert.get("exp_annotations", {})) >= {"summary", "description"}, (
                     f"{case['alertname']}: exp_annotations must check the rendered summary and description"
+                )
     assert not ALERTS - positive, f"alerts never shown to fire: {sorted(ALERTS - positive)}"
     assert not ALERTS - negative, f"alerts never shown not to fire: {sorted(ALERTS - negative)}"
     assert not (positive | negative) - set(_alert_rules()), "unit tests for alerts that do not exist"

@@ -13,23 +13,37 @@ from service_support import FIELD_FIRST, sampling_params_strategy, wait_until
 from specdec.v1 import draft_pb2, draft_pb2_grpc
 
 VOCAB = 512  # the tiny pair's
-TOKEN = st.one_of(st.integers(0, VOCAB - 1), st.integers(-2**31, 2**31 - 1))
+TOKEN = st.one_of(st.integers(0, VOCAB - 1), st.integers(-(2**31), 2**31 - 1))
 UINT32 = st.one_of(st.integers(0, 8), st.integers(0, 2**32 - 1))
 REFUSALS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION}
 
 opens = st.builds(
     lambda fields, sampling: draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(sampling=sampling, **fields)),
-    st.fixed_dictionaries({
-        "prompt_ids": st.lists(TOKEN, max_size=12), "seed": st.integers(0, 2**64 - 1), "acceptance": st.integers(0, 6),
-        "num_draft_tokens": UINT32, "draft_top_k": UINT32, "vocab_size": st.one_of(st.just(VOCAB), UINT32),
-        "vocab_fingerprint": st.one_of(st.just(""), st.text(max_size=8)),
-    }),
+    st.fixed_dictionaries(
+        {
+            "prompt_ids": st.lists(TOKEN, max_size=12),
+            "seed": st.integers(0, 2**64 - 1),
+            "acceptance": st.integers(0, 6),
+            "num_draft_tokens": UINT32,
+            "draft_top_k": UINT32,
+            "vocab_size": st.one_of(st.just(VOCAB), UINT32),
+            "vocab_fingerprint": st.one_of(st.just(""), st.text(max_size=8)),
+        }
+    ),
     sampling_params_strategy(),
 )
-feedbacks = st.builds(lambda accepted, appended, k: draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(
-    num_accepted=accepted, appended_ids=appended, num_draft_tokens=k)), UINT32, st.lists(TOKEN, max_size=3), UINT32)
-streams = st.one_of(st.lists(st.one_of(opens, feedbacks, st.just(draft_pb2.ProposeRequest())), min_size=1, max_size=4),
-                    st.builds(lambda first, rest: [first, *rest], opens, st.lists(feedbacks, max_size=3)))
+feedbacks = st.builds(
+    lambda accepted, appended, k: draft_pb2.ProposeRequest(
+        feedback=draft_pb2.ProposeFeedback(num_accepted=accepted, appended_ids=appended, num_draft_tokens=k)
+    ),
+    UINT32,
+    st.lists(TOKEN, max_size=3),
+    UINT32,
+)
+streams = st.one_of(
+    st.lists(st.one_of(opens, feedbacks, st.just(draft_pb2.ProposeRequest())), min_size=1, max_size=4),
+    st.builds(lambda first, rest: [first, *rest], opens, st.lists(feedbacks, max_size=3)),
+)
 
 
 @pytest.fixture(scope="module")

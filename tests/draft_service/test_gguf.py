@@ -61,12 +61,16 @@ def smollm2_stack(service_loop, default_target_dir):
     stack.stop(service_loop)
 
 
-@pytest.mark.parametrize("settings", [{"temperature": 0}, {"temperature": 0.8, "seed": 11, "acceptance": "coupled"}], ids=["greedy", "coupled"])
+@pytest.mark.parametrize(
+    "settings", [{"temperature": 0}, {"temperature": 0.8, "seed": 11, "acceptance": "coupled"}], ids=["greedy", "coupled"]
+)
 def test_tiny_gguf_draft_is_token_identical_to_speculation_off(tiny_stack, settings):
     tiny_stack.identical_to_speculation_off(PROMPT, max_tokens=40, ignore_eos=True, **settings)
 
 
-@pytest.mark.parametrize("settings", [{"temperature": 0}, {"temperature": 0.8, "seed": 5, "acceptance": "coupled"}], ids=["greedy", "coupled"])
+@pytest.mark.parametrize(
+    "settings", [{"temperature": 0}, {"temperature": 0.8, "seed": 5, "acceptance": "coupled"}], ids=["greedy", "coupled"]
+)
 def test_smollm2_drafted_by_its_own_gguf_is_token_identical_to_speculation_off(smollm2_stack, settings):
     smollm2_stack.identical_to_speculation_off(CHAT, max_tokens=32, **settings)
 

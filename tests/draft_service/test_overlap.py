@@ -69,14 +69,20 @@ def self_draft_stack(service_loop, tiny_target):
     stack.stop(service_loop)
 
 
-@pytest.mark.parametrize("settings", [
-    {"temperature": 0},
-    {"temperature": 0.8, "seed": 3, "acceptance": "coupled"},
-    {"temperature": 0.8, "seed": 5, "acceptance": "rejection"},
-], ids=["greedy", "coupled", "rejection"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"temperature": 0},
+        {"temperature": 0.8, "seed": 3, "acceptance": "coupled"},
+        {"temperature": 0.8, "seed": 5, "acceptance": "rejection"},
+    ],
+    ids=["greedy", "coupled", "rejection"],
+)
 def test_outputs_are_identical_with_and_without_overlap(stacks, settings):
-    completions = {overlap: stack.client.generate(PROMPT, max_tokens=48, ignore_eos=True, num_draft_tokens=4, **settings)
-                   for overlap, stack in stacks.items()}
+    completions = {
+        overlap: stack.client.generate(PROMPT, max_tokens=48, ignore_eos=True, num_draft_tokens=4, **settings)
+        for overlap, stack in stacks.items()
+    }
     assert completions[True].token_ids == completions[False].token_ids and len(completions[True].token_ids) == 48
     assert [r.num_accepted for r in completions[True].rounds] == [r.num_accepted for r in completions[False].rounds]
     assert not completions[True].summary.fallback

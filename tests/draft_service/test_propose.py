@@ -60,8 +60,9 @@ def _open(tiny_target, **fields) -> draft_pb2.ProposeRequest:
 
 
 def _feedback(num_accepted: int, appended_ids: list[int], num_draft_tokens: int) -> draft_pb2.ProposeRequest:
-    return draft_pb2.ProposeRequest(feedback=draft_pb2.ProposeFeedback(
-        num_accepted=num_accepted, appended_ids=appended_ids, num_draft_tokens=num_draft_tokens))
+    return draft_pb2.ProposeRequest(
+        feedback=draft_pb2.ProposeFeedback(num_accepted=num_accepted, appended_ids=appended_ids, num_draft_tokens=num_draft_tokens)
+    )
 
 
 def _assert_valid_q(block: common_pb2.CandidateBlock, vocab_size: int, width: int) -> None:
@@ -101,8 +102,7 @@ def test_default_q_width_is_the_server_default(stub, tiny_target):
     stream.finish()
 
 
-@pytest.mark.parametrize("acceptance,temperature", [(common_pb2.ACCEPTANCE_MODE_GREEDY, 0.0),
-                                                    (common_pb2.ACCEPTANCE_MODE_COUPLED, 1.0)])
+@pytest.mark.parametrize("acceptance,temperature", [(common_pb2.ACCEPTANCE_MODE_GREEDY, 0.0), (common_pb2.ACCEPTANCE_MODE_COUPLED, 1.0)])
 def test_greedy_and_coupled_blocks_carry_no_q(stub, tiny_target, acceptance, temperature):
     stream = ProposeStream(stub)
     opening = _open(tiny_target, acceptance=acceptance, sampling=common_pb2.SamplingParams(temperature=temperature))
@@ -169,16 +169,27 @@ def test_mismatching_vocab_fingerprint_is_refused(stub, tiny_target, foreign_tok
     assert "vocab_fingerprint" in error.details()
 
 
-@pytest.mark.parametrize("fields,name", [
-    ({"prompt_ids": [5, 512]}, "open.prompt_ids"),
-    ({"prompt_ids": [-1]}, "open.prompt_ids"),
-    ({"prompt_ids": []}, "open.prompt_ids"),
-    ({"vocab_size": 0}, "open.vocab_size"),
-    ({"sampling": common_pb2.SamplingParams(temperature=-1.0)}, "open.sampling.temperature"),
-    ({"acceptance": 99}, "open.acceptance"),
-    ({"min_tokens": 2, "stop_token_ids": [512]}, "open.stop_token_ids"),
-], ids=["id-past-vocab", "negative-id", "empty-prompt", "no-vocab-size", "negative-temperature", "unknown-acceptance",
-        "stop-id-past-vocab"])
+@pytest.mark.parametrize(
+    "fields,name",
+    [
+        ({"prompt_ids": [5, 512]}, "open.prompt_ids"),
+        ({"prompt_ids": [-1]}, "open.prompt_ids"),
+        ({"prompt_ids": []}, "open.prompt_ids"),
+        ({"vocab_size": 0}, "open.vocab_size"),
+        ({"sampling": common_pb2.SamplingParams(temperature=-1.0)}, "open.sampling.temperature"),
+        ({"acceptance": 99}, "open.acceptance"),
+        ({"min_tokens": 2, "stop_token_ids": [512]}, "open.stop_token_ids"),
+    ],
+    ids=[
+        "id-past-vocab",
+        "negative-id",
+        "empty-prompt",
+        "no-vocab-size",
+        "negative-temperature",
+        "unknown-acceptance",
+        "stop-id-past-vocab",
+    ],
+)
 def test_invalid_open_is_refused_naming_the_field(stub, tiny_target, fields, name):
     error = _error(stub, [_open(tiny_target, **fields)])
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -29,8 +29,12 @@ def start_gateway(process_stack, tmp_path_factory):
 
     def start(env: dict[str, str]) -> str:
         port = free_port()
-        process = ServiceProcess("gateway", ["--port", str(port), "--verify-endpoint", f"127.0.0.1:{process_stack.ports['verify']}"],
-                                 directory / f"gateway-{port}.log", env=env).start()
+        process = ServiceProcess(
+            "gateway",
+            ["--port", str(port), "--verify-endpoint", f"127.0.0.1:{process_stack.ports['verify']}"],
+            directory / f"gateway-{port}.log",
+            env=env,
+        ).start()
         started.append(process)
         url = f"http://127.0.0.1:{port}"
 
@@ -68,8 +72,9 @@ class CuttingProxy:
 
     async def forward(self, request: Request) -> Response:
         headers = [(name, value) for name, value in request.headers.raw if name.lower() != b"host"]
-        upstream = await self.client.send(self.client.build_request(request.method, request.url.path, headers=headers,
-                                                                    content=await request.body()), stream=True)
+        upstream = await self.client.send(
+            self.client.build_request(request.method, request.url.path, headers=headers, content=await request.body()), stream=True
+        )
         kept = {name: value for name, value in upstream.headers.items() if name.lower() not in ("content-length", "transfer-encoding")}
         if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
             body = await upstream.aread()

@@ -12,8 +12,14 @@ import httpx
 CHAT = "/v1/chat/completions"
 # With this seed the tiny random target samples all 450 tokens (no early end of text): a request
 # that keeps a slot busy for a while on CPU. Speculation off keeps it on the slow, steady path.
-LONG = {"model": "target", "messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": 450,
-        "temperature": 1.0, "seed": 2, "speculative": {"enabled": False}}
+LONG = {
+    "model": "target",
+    "messages": [{"role": "user", "content": "Tell me a long story."}],
+    "max_tokens": 450,
+    "temperature": 1.0,
+    "seed": 2,
+    "speculative": {"enabled": False},
+}
 SHORT = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 

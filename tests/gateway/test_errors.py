@@ -67,7 +67,7 @@ def test_chunked_body_over_limit_is_413(small_body_gateway):
 
     def chunks():
         for start in range(0, len(body), 1024):
-            yield body[start:start + 1024]
+            yield body[start : start + 1024]
 
     response = httpx.post(f"{small_body_gateway.url}{CHAT}", content=chunks(), headers={"content-type": "application/json"}, timeout=30)
     assert "content-length" not in response.request.headers  # really sent chunked

@@ -63,6 +63,7 @@ def test_completion_token_ids_fit_int32():
 def test_every_integer_field_is_known_to_be_carried_or_not(model):
     """A new integer field must be added to CARRIED (with a range that fits) or NOT_CARRIED."""
     schema = model.model_json_schema()
-    integers = {name for name, prop in schema["properties"].items()
-                if any(option.get("type") == "integer" for option in prop.get("anyOf", [prop]))}
+    integers = {
+        name for name, prop in schema["properties"].items() if any(option.get("type") == "integer" for option in prop.get("anyOf", [prop]))
+    }
     assert integers <= {name for (owner, name) in CARRIED if owner is model} | NOT_CARRIED, integers

@@ -55,16 +55,16 @@ def test_fuzzed_requests_get_no_5xx_and_openai_shaped_errors(make_gateway, short
     gateway = make_gateway(verify_endpoint=f"127.0.0.1:{short_verify.port}", max_tokens_limit=8, max_n=2, served_model_name="target")
     strategy = SCHEMA[path][method].as_strategy(generation_mode=mode)
 
-    @settings(max_examples=EXAMPLES[method], deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=EXAMPLES[method], deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(case=strategy, served_model=st.booleans())
     def check(case, served_model):
         if served_model and isinstance(case.body, dict):
             case.body["model"] = "target"  # past the model check, into verify
         kwargs = case.as_transport_kwargs(base_url=gateway.url)
         with httpx.Client(timeout=30) as client:  # a hang fails as a timeout
-            response = client.request(kwargs["method"], kwargs["url"], headers=kwargs.get("headers"),
-                                      params=kwargs.get("params"), **_body(kwargs))
+            response = client.request(
+                kwargs["method"], kwargs["url"], headers=kwargs.get("headers"), params=kwargs.get("params"), **_body(kwargs)
+            )
         assert_openai_shaped(response)
 
     check()

@@ -22,23 +22,26 @@ def client(gateway_url):
         yield http
 
 
-@pytest.mark.parametrize(("route", "fields", "param"), [
-    (COMPLETIONS, {"prompt": [5, 2**31]}, "prompt"),  # found by the schema fuzzer: int32 overflow was a 500
-    (COMPLETIONS, {"prompt": [-1]}, "prompt"),
-    (CHAT, {"n": 10**6}, "n"),
-    (CHAT, {"n": 10**40}, "n"),
-    (CHAT, {"n": 0}, "n"),
-    (CHAT, {"max_tokens": 10**40}, "max_tokens"),
-    (CHAT, {"max_completion_tokens": 2**63}, "max_completion_tokens"),
-    (CHAT, {"logprobs": True, "top_logprobs": 10**9}, "top_logprobs"),
-    (COMPLETIONS, {"logprobs": 10**9}, "logprobs"),
-    (CHAT, {"seed": 2**64}, "seed"),
-    (CHAT, {"seed": -1}, "seed"),
-    (CHAT, {"stop": ["x"] * 1000}, "stop"),
-    (CHAT, {"speculative": {"num_draft_tokens": 10**9}}, "speculative.num_draft_tokens"),
-    (CHAT, {"speculative": {"policy": "sometimes"}}, "speculative.policy"),
-    (CHAT, {"messages": [{"role": "user", "content": [[[[["deep"]]]]]}]}, "messages.0.content.str"),
-])
+@pytest.mark.parametrize(
+    ("route", "fields", "param"),
+    [
+        (COMPLETIONS, {"prompt": [5, 2**31]}, "prompt"),  # found by the schema fuzzer: int32 overflow was a 500
+        (COMPLETIONS, {"prompt": [-1]}, "prompt"),
+        (CHAT, {"n": 10**6}, "n"),
+        (CHAT, {"n": 10**40}, "n"),
+        (CHAT, {"n": 0}, "n"),
+        (CHAT, {"max_tokens": 10**40}, "max_tokens"),
+        (CHAT, {"max_completion_tokens": 2**63}, "max_completion_tokens"),
+        (CHAT, {"logprobs": True, "top_logprobs": 10**9}, "top_logprobs"),
+        (COMPLETIONS, {"logprobs": 10**9}, "logprobs"),
+        (CHAT, {"seed": 2**64}, "seed"),
+        (CHAT, {"seed": -1}, "seed"),
+        (CHAT, {"stop": ["x"] * 1000}, "stop"),
+        (CHAT, {"speculative": {"num_draft_tokens": 10**9}}, "speculative.num_draft_tokens"),
+        (CHAT, {"speculative": {"policy": "sometimes"}}, "speculative.policy"),
+        (CHAT, {"messages": [{"role": "user", "content": [[[[["deep"]]]]]}]}, "messages.0.content.str"),
+    ],
+)
 def test_huge_and_out_of_range_numbers_are_400_naming_the_field(client, route, fields, param):
     body = {**BASE, **fields} if route == CHAT else {"model": "target", "prompt": "hi", "max_tokens": 4, **fields}
     error = assert_openai_error(client.post(route, json=body), 400)
@@ -60,15 +63,18 @@ def test_deeply_nested_json_is_400(client, depth):
     assert_openai_error(client.post(CHAT, content=_nested(depth), headers={"content-type": "application/json"}), 400)
 
 
-@pytest.mark.parametrize("body", [
-    b'{"model": "target", "messages": [{"role": "user", "content": "\xff\xfe\xfd"}]}',  # not UTF-8
-    b'{"model": "target", "messages": [{"role": "user", "content": "a\x00b"}]}',        # raw NUL in a string
-    b"\x00" * 64,
-    b"",
-    b"[]",
-    b'"just a string"',
-    b"null",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "target", "messages": [{"role": "user", "content": "\xff\xfe\xfd"}]}',  # not UTF-8
+        b'{"model": "target", "messages": [{"role": "user", "content": "a\x00b"}]}',  # raw NUL in a string
+        b"\x00" * 64,
+        b"",
+        b"[]",
+        b'"just a string"',
+        b"null",
+    ],
+)
 def test_undecodable_or_non_object_bodies_are_400(client, body):
     assert_openai_error(client.post(CHAT, content=body, headers={"content-type": "application/json"}), 400)
 
@@ -82,14 +88,17 @@ def test_nul_in_the_model_name_is_404_model_not_found(client):
     assert_openai_error(client.post(CHAT, json={**BASE, "model": "target\u0000"}), 404, param="model", code="model_not_found")
 
 
-@pytest.mark.parametrize(("route", "fields", "param"), [
-    (CHAT, {"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages"),
-    (CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]}, "messages"),
-    (CHAT, {"stop": ["\ud800"]}, "stop"),
-    (COMPLETIONS, {"prompt": "x\udc00"}, "prompt"),
-    (CHAT, {"model": "\ud800"}, "model"),
-    (CHAT, {"user": "\ud800"}, "user"),
-])
+@pytest.mark.parametrize(
+    ("route", "fields", "param"),
+    [
+        (CHAT, {"messages": [{"role": "user", "content": "a\ud800b"}]}, "messages"),
+        (CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]}, "messages"),
+        (CHAT, {"stop": ["\ud800"]}, "stop"),
+        (COMPLETIONS, {"prompt": "x\udc00"}, "prompt"),
+        (CHAT, {"model": "\ud800"}, "model"),
+        (CHAT, {"user": "\ud800"}, "user"),
+    ],
+)
 def test_lone_surrogates_are_400_naming_the_field(client, route, fields, param):
     body = {**BASE, **fields} if route == CHAT else {"model": "target", "max_tokens": 4, **fields}
     # json.dumps escapes the surrogate as \\ud800: valid JSON text that decodes to a string no UTF-8 can hold
@@ -102,21 +111,29 @@ def test_the_gateway_still_serves_after_hostile_input(client):
     assert client.post(CHAT, json=BASE).status_code == 200
 
 
-@pytest.mark.parametrize(("route", "fields", "param", "what"), [
-    (CHAT, {"messages": [{"role": "user", "content": "a" * 7000}]}, "messages", "7000 characters"),
-    (CHAT, {"messages": HELLO * 513}, "messages", "513 messages"),
-    (COMPLETIONS, {"prompt": "a" * 7000}, "prompt", "7000 characters"),
-    (COMPLETIONS, {"prompt": [5] * 513}, "prompt", "513 tokens"),
-    (CHAT, {"prediction": {"type": "content", "content": "a" * 7000}}, "prediction", "7000 characters"),
-], ids=["chat", "messages", "text", "token-ids", "prediction"])
+@pytest.mark.parametrize(
+    ("route", "fields", "param", "what"),
+    [
+        (CHAT, {"messages": [{"role": "user", "content": "a" * 7000}]}, "messages", "7000 characters"),
+        (CHAT, {"messages": HELLO * 513}, "messages", "513 messages"),
+        (COMPLETIONS, {"prompt": "a" * 7000}, "prompt", "7000 characters"),
+        (COMPLETIONS, {"prompt": [5] * 513}, "prompt", "513 tokens"),
+        (CHAT, {"prediction": {"type": "content", "content": "a" * 7000}}, "prediction", "7000 characters"),
+    ],
+    ids=["chat", "messages", "text", "token-ids", "prediction"],
+)
 def test_a_prompt_that_cannot_fit_is_refused_by_the_gateway_without_asking_verify(client, verify_server, route, fields, param, what):
     """The bound verify reports (its context times its longest token, 512 x 13 characters for the tiny
     pair): such a prompt costs its parsing, not a gRPC request of megabytes."""
-    refused_by_verify = verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0
+    refused_by_verify = (
+        verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0
+    )
     body = {**BASE, **fields} if route == CHAT else {"model": "target", "max_tokens": 4, **fields}
     error = assert_openai_error(client.post(route, json=body), 400, param=param)
     assert error["message"].startswith(f"{param}: {what}") and "512 tokens" in error["message"], error
-    assert (verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0) == refused_by_verify
+    assert (
+        verify_server.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "INVALID_ARGUMENT"}) or 0
+    ) == refused_by_verify
 
 
 def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_read(client, gateway_url):
@@ -138,10 +155,23 @@ def test_a_body_no_fitting_prompt_needs_is_refused_from_its_length_before_it_is_
     assert client.post(CHAT, content=padded, headers={"Content-Type": "application/json"}).status_code == 200
 
 
-@pytest.mark.parametrize("bias", [
-    {" 5": 1}, {"5 ": 1}, {"٣": 1}, {"+5": 1}, {"1_0": 1}, {"0x5": 1}, {"": 1}, {"9" * 5000: 1},  # keys: decimal token ids only
-    {"5": "10"}, {"5": True}, {"5": None}, {"5": [1]},  # biases: JSON numbers only, never coerced
-])
+@pytest.mark.parametrize(
+    "bias",
+    [
+        {" 5": 1},
+        {"5 ": 1},
+        {"٣": 1},
+        {"+5": 1},
+        {"1_0": 1},
+        {"0x5": 1},
+        {"": 1},
+        {"9" * 5000: 1},  # keys: decimal token ids only
+        {"5": "10"},
+        {"5": True},
+        {"5": None},
+        {"5": [1]},  # biases: JSON numbers only, never coerced
+    ],
+)
 def test_logit_bias_is_parsed_strictly(client, bias):
     error = assert_openai_error(client.post(CHAT, json={**BASE, "logit_bias": bias}), 400)
     assert error["param"].startswith("logit_bias"), error

@@ -7,8 +7,12 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 MESSAGES = [{"role": "user", "content": "Tell me about the market."}]
-COUNTERS = ("specdec_spec_decode_num_drafts", "specdec_spec_decode_num_draft_tokens", "specdec_spec_decode_num_accepted_tokens",
-            "specdec_generated_tokens")
+COUNTERS = (
+    "specdec_spec_decode_num_drafts",
+    "specdec_spec_decode_num_draft_tokens",
+    "specdec_spec_decode_num_accepted_tokens",
+    "specdec_generated_tokens",
+)
 
 
 def _scrape(text: str) -> dict[str, float]:

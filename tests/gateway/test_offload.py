@@ -95,8 +95,10 @@ def test_workers_end_with_a_gateway_killed_with_sigkill(tmp_path):
     import subprocess
     import sys
 
-    script = ("import asyncio, os, time\nfrom gateway.offload import CheckWorkers\n"
-              "pool = CheckWorkers(workers=1)\nprint(asyncio.run(pool.run(os.getpid)), flush=True)\ntime.sleep(60)\n")
+    script = (
+        "import asyncio, os, time\nfrom gateway.offload import CheckWorkers\n"
+        "pool = CheckWorkers(workers=1)\nprint(asyncio.run(pool.run(os.getpid)), flush=True)\ntime.sleep(60)\n"
+    )
     gateway = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         worker_pid = int(gateway.stdout.readline())

@@ -80,8 +80,11 @@ def test_raw_sse_framing_ends_with_done(gateway_url):
 def test_completions_non_streaming_and_streaming(client):
     response = client.completions.create(model="target", prompt="Once upon a time", max_tokens=12, temperature=0)
     assert response.object == "text_completion" and response.usage.completion_tokens == 12
-    streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model="target", prompt="Once upon a time", max_tokens=12, temperature=0, stream=True) if c.choices)
+    streamed = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model="target", prompt="Once upon a time", max_tokens=12, temperature=0, stream=True)
+        if c.choices
+    )
     assert streamed == response.choices[0].text
 
 
@@ -100,7 +103,9 @@ def test_n_choices_are_independent_samples(client):
 
 
 def test_n_choices_stream_with_indices(client):
-    chunks = list(client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=8, temperature=1.0, n=2, seed=5, stream=True))
+    chunks = list(
+        client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=8, temperature=1.0, n=2, seed=5, stream=True)
+    )
     indices = {c.choices[0].index for c in chunks if c.choices}
     assert indices == {0, 1}
 

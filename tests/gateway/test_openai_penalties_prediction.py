@@ -19,30 +19,46 @@ def client(gateway_url):
 
 
 def _text(client, speculative: dict, **fields) -> str:
-    return client.chat.completions.create(model="target", messages=MESSAGES, extra_body={"speculative": speculative}, **fields).choices[0].message.content
+    return (
+        client.chat.completions.create(model="target", messages=MESSAGES, extra_body={"speculative": speculative}, **fields)
+        .choices[0]
+        .message.content
+    )
 
 
 def test_penalties_change_the_greedy_text_and_speculation_reproduces_it(client):
     common = {"max_tokens": 40, "temperature": 0}
     plain = _text(client, {"enabled": False}, **common)
     off = _text(client, {"enabled": False}, **common, **PENALTIES)
-    on = client.chat.completions.create(model="target", messages=MESSAGES, **common, **PENALTIES,
-                                        extra_body={"speculative": {"enabled": True}, "repetition_penalty": 1.0})
+    on = client.chat.completions.create(
+        model="target", messages=MESSAGES, **common, **PENALTIES, extra_body={"speculative": {"enabled": True}, "repetition_penalty": 1.0}
+    )
     assert off != plain and on.choices[0].message.content == off
     assert on.model_extra["speculative"]["draft_tokens"] > 0
 
 
 def test_coupled_sampling_under_penalties_matches_speculation_off(client):
     common = {"max_tokens": 30, "temperature": 0.9, "seed": 77, **PENALTIES}
-    off = client.chat.completions.create(model="target", messages=MESSAGES, **common,
-                                         extra_body={"repetition_penalty": 1.5, "speculative": {"enabled": False}}).choices[0].message.content
-    coupled = client.chat.completions.create(model="target", messages=MESSAGES, **common,
-                                             extra_body={"repetition_penalty": 1.5, "speculative": {"acceptance": "coupled"}})
+    off = (
+        client.chat.completions.create(
+            model="target", messages=MESSAGES, **common, extra_body={"repetition_penalty": 1.5, "speculative": {"enabled": False}}
+        )
+        .choices[0]
+        .message.content
+    )
+    coupled = client.chat.completions.create(
+        model="target", messages=MESSAGES, **common, extra_body={"repetition_penalty": 1.5, "speculative": {"acceptance": "coupled"}}
+    )
     assert coupled.choices[0].message.content == off and coupled.model_extra["speculative"]["draft_tokens"] > 0
 
 
 def test_completions_honour_penalties_and_the_repetition_penalty_extension(client):
-    common = {"model": "target", "prompt": "The quick brown fox jumps over the lazy dog. The quick brown fox", "max_tokens": 24, "temperature": 0}
+    common = {
+        "model": "target",
+        "prompt": "The quick brown fox jumps over the lazy dog. The quick brown fox",
+        "max_tokens": 24,
+        "temperature": 0,
+    }
     plain = client.completions.create(**common).choices[0].text
     for fields in ({"frequency_penalty": 2.0, "presence_penalty": 2.0}, {"repetition_penalty": 1.8}):
         off = client.completions.create(**common, extra_body={**fields, "speculative": {"enabled": False}}).choices[0].text
@@ -53,7 +69,11 @@ def test_completions_honour_penalties_and_the_repetition_penalty_extension(clien
 @pytest.fixture(scope="module")
 def words(tiny_target):
     """Greedy settings whose output re-tokenizes to itself, so a prediction of it aligns token for token."""
-    return {"max_tokens": 60, "temperature": 0, "logit_bias": {str(token): bias for token, bias in whole_word_bias(tiny_target.tokenizer).items()}}
+    return {
+        "max_tokens": 60,
+        "temperature": 0,
+        "logit_bias": {str(token): bias for token, bias in whole_word_bias(tiny_target.tokenizer).items()},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +93,16 @@ def test_a_prediction_is_lossless_and_reported_in_usage(client, reference, words
 
 
 def test_a_streamed_prediction_reports_usage_in_the_last_chunk(client, reference, words):
-    chunks = list(client.chat.completions.create(model="target", messages=MESSAGES, stream=True, stream_options={"include_usage": True},
-                                                 prediction={"type": "content", "content": [{"type": "text", "text": reference}]}, **words))
+    chunks = list(
+        client.chat.completions.create(
+            model="target",
+            messages=MESSAGES,
+            stream=True,
+            stream_options={"include_usage": True},
+            prediction={"type": "content", "content": [{"type": "text", "text": reference}]},
+            **words,
+        )
+    )
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == reference
     details = chunks[-1].usage.completion_tokens_details
     assert details.accepted_prediction_tokens >= 50 and details.rejected_prediction_tokens == 0
@@ -91,8 +119,9 @@ def test_models_report_max_model_len(client, tiny_target):
 
 
 def test_without_max_tokens_a_chat_may_run_to_the_end_of_the_context(client):
-    response = client.chat.completions.create(model="target", messages=MESSAGES, temperature=0,
-                                              logit_bias={"0": -100, "1": -100, "2": -100})  # no end-of-text token: runs to the end
+    response = client.chat.completions.create(
+        model="target", messages=MESSAGES, temperature=0, logit_bias={"0": -100, "1": -100, "2": -100}
+    )  # no end-of-text token: runs to the end
     usage = response.usage
     assert response.choices[0].finish_reason == "length"
     assert usage.completion_tokens > 256 and usage.prompt_tokens + usage.completion_tokens == 512
@@ -129,11 +158,14 @@ def test_a_prediction_of_the_wrong_type_is_400_naming_it(client):
     _refused(client, "prediction", extra_body={"prediction": "hello"})
 
 
-@pytest.mark.parametrize("fields,param", [
-    ({"extra_body": {"reasoning_effort": "high"}}, "reasoning_effort"),
-    ({"extra_body": {"frobnicate": True}}, "frobnicate"),
-    ({"extra_body": {"stream_options": {"include_obfuscation": True}}}, "stream_options.include_obfuscation"),
-])
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"extra_body": {"reasoning_effort": "high"}}, "reasoning_effort"),
+        ({"extra_body": {"frobnicate": True}}, "frobnicate"),
+        ({"extra_body": {"stream_options": {"include_obfuscation": True}}}, "stream_options.include_obfuscation"),
+    ],
+)
 def test_fields_the_server_does_not_honour_are_400_naming_them(client, fields, param):
     fields = {"messages": MESSAGES, **fields}
     with pytest.raises(openai.BadRequestError) as caught:
@@ -150,15 +182,26 @@ def test_completion_fields_the_server_does_not_honour_are_400_naming_them(client
 
 
 def test_harmless_no_ops_and_their_empty_forms_are_accepted(client):
-    response = client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=4, user="u-1", store=False,
-                                              metadata={"ticket": "42"}, response_format={"type": "text"}, tools=[],
-                                              tool_choice="none", extra_body={"safety_identifier": "s", "prompt_cache_key": "k"})
+    response = client.chat.completions.create(
+        model="target",
+        messages=MESSAGES,
+        max_tokens=4,
+        user="u-1",
+        store=False,
+        metadata={"ticket": "42"},
+        response_format={"type": "text"},
+        tools=[],
+        tool_choice="none",
+        extra_body={"safety_identifier": "s", "prompt_cache_key": "k"},
+    )
     assert response.choices[0].finish_reason in ("length", "stop")
     completion = client.completions.create(model="target", prompt="hi", max_tokens=4, best_of=1, suffix=None, echo=False)
     assert completion.usage.completion_tokens > 0
 
 
 def test_unknown_fields_are_400_over_raw_http_too(gateway_url):
-    response = httpx.post(f"{gateway_url}{CHAT}", json={"model": "target", "messages": MESSAGES, "max_tokens": 2, "guided_json": {}}, timeout=30)
+    response = httpx.post(
+        f"{gateway_url}{CHAT}", json={"model": "target", "messages": MESSAGES, "max_tokens": 2, "guided_json": {}}, timeout=30
+    )
     error = assert_openai_error(response, 400, param="guided_json")
     assert "does not support" in error["message"]

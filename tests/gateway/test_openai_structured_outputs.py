@@ -18,9 +18,16 @@ from openai import BadRequestError, OpenAI
 from pydantic import BaseModel, Field
 from service_support import assert_openai_error
 
-SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "count", "tags"],
-          "properties": {"name": {"type": "string", "maxLength": 8}, "count": {"type": "integer", "minimum": 0, "maximum": 999},
-                         "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3}}}
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "count", "tags"],
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "count": {"type": "integer", "minimum": 0, "maximum": 999},
+        "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3},
+    },
+}
 MESSAGES = [{"role": "user", "content": "Describe a fruit as JSON with a name, a count and colour tags."}]
 JSON_SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "fruit", "schema": SCHEMA, "strict": True}}
 
@@ -45,7 +52,9 @@ def _check(response_format: dict, content: str) -> dict:
 
 @pytest.mark.parametrize("sampling", [{"temperature": 0}, {"temperature": 1.0, "seed": 5}, {"temperature": 0.8, "seed": 11}])
 def test_json_schema_outputs_parse_validate_and_stop(client, sampling):
-    response = client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=200, response_format=JSON_SCHEMA_FORMAT, **sampling)
+    response = client.chat.completions.create(
+        model="target", messages=MESSAGES, max_tokens=200, response_format=JSON_SCHEMA_FORMAT, **sampling
+    )
     choice = response.choices[0]
     _check(JSON_SCHEMA_FORMAT, choice.message.content)
     assert choice.finish_reason == "stop"
@@ -53,8 +62,15 @@ def test_json_schema_outputs_parse_validate_and_stop(client, sampling):
 
 
 def test_streamed_deltas_assemble_into_the_non_streamed_document(client):
-    common = {"model": "target", "messages": MESSAGES, "max_tokens": 200, "temperature": 0.9, "seed": 3, "response_format": JSON_SCHEMA_FORMAT,
-              "extra_body": {"speculative": {"acceptance": "coupled"}}}
+    common = {
+        "model": "target",
+        "messages": MESSAGES,
+        "max_tokens": 200,
+        "temperature": 0.9,
+        "seed": 3,
+        "response_format": JSON_SCHEMA_FORMAT,
+        "extra_body": {"speculative": {"acceptance": "coupled"}},
+    }
     full = client.chat.completions.create(**common).choices[0].message.content
     chunks = list(client.chat.completions.create(**common, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == full
@@ -75,10 +91,13 @@ def test_parse_with_a_pydantic_model(client):
     assert isinstance(message.parsed, Fruit) and completion.choices[0].finish_reason == "stop"
 
 
-@pytest.mark.parametrize("schema, reason", [
-    ({"type": "objectx"}, "Invalid type"),
-    ({"type": "string", "pattern": "(?<=a)b"}, "look-around"),
-])
+@pytest.mark.parametrize(
+    "schema, reason",
+    [
+        ({"type": "objectx"}, "Invalid type"),
+        ({"type": "string", "pattern": "(?<=a)b"}, "look-around"),
+    ],
+)
 def test_bad_and_unenforceable_schemas_are_400s_naming_the_schema(client, schema, reason):
     response_format = {"type": "json_schema", "json_schema": {"name": "bad", "schema": schema}}
     with pytest.raises(BadRequestError) as caught:
@@ -92,6 +111,7 @@ def test_unknown_response_format_type_is_a_400(gateway_url):
 
 
 # --- SmolLM2-135M-Instruct with its own Q4_1 GGUF as the draft (the default pair, as `specdec up` runs it)
+
 
 @pytest.fixture(scope="module")
 def smollm2_client(service_loop):
@@ -120,8 +140,15 @@ def smollm2_client(service_loop):
 def test_smollm2_structured_outputs_validate_and_stop(smollm2_client, response_format, stream):
     # Coupled: the sample is the seed's, whatever the draft proposed (with rejection it follows the draft's
     # timing, and under load a sample ran past max_tokens inside a string).
-    common = {"model": "smollm2", "messages": MESSAGES, "max_tokens": 160, "temperature": 0.7, "seed": 1, "response_format": response_format,
-              "extra_body": {"speculative": {"acceptance": "coupled"}}}
+    common = {
+        "model": "smollm2",
+        "messages": MESSAGES,
+        "max_tokens": 160,
+        "temperature": 0.7,
+        "seed": 1,
+        "response_format": response_format,
+        "extra_body": {"speculative": {"acceptance": "coupled"}},
+    }
     if stream:
         chunks = list(smollm2_client.chat.completions.create(**common, stream=True))
         content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -134,5 +161,7 @@ def test_smollm2_structured_outputs_validate_and_stop(smollm2_client, response_f
 
 
 def test_smollm2_parse_with_a_pydantic_model(smollm2_client):
-    completion = smollm2_client.chat.completions.parse(model="smollm2", messages=MESSAGES, max_tokens=160, temperature=0, response_format=Fruit)
+    completion = smollm2_client.chat.completions.parse(
+        model="smollm2", messages=MESSAGES, max_tokens=160, temperature=0, response_format=Fruit
+    )
     assert isinstance(completion.choices[0].message.parsed, Fruit) and completion.choices[0].finish_reason == "stop"

@@ -16,15 +16,25 @@ from tool_support import streamed_choice
 
 from gateway.protocol import ChatCompletionRequest
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                           "required": ["city"], "additionalProperties": False}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": False},
+    },
+}
 SHORT_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-ROUND_TRIP = [*ASK,
-              {"role": "assistant", "content": None,
-               "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-              {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature_c": 21, "sky": "clear"}'}]
+ROUND_TRIP = [
+    *ASK,
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature_c": 21, "sky": "clear"}'},
+]
 GREEDY = {"model": "target", "max_tokens": 12, "temperature": 0}
 
 
@@ -81,22 +91,34 @@ def test_the_sdks_pydantic_function_tool_is_a_valid_tool():
     assert request.active_tools[0].function.parameters == tool["function"]["parameters"]
 
 
-@pytest.mark.parametrize(("change", "param"), [
-    ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
-    ({"tools": [], "tool_choice": "required"}, "tool_choice"),
-    ({"tools": None, "tool_choice": "auto"}, "tool_choice"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}}}]},
-     "tools.0.function.parameters"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "tools.0.function.parameters"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"$schema": ["x"]}}}]}, "tools.0.function.parameters"),
-    ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools.0.function.name"),
-    ({"tools": [WEATHER, WEATHER]}, "tools"),
-    ({"messages": [*ASK, {"role": "tool", "content": "21C"}]}, "messages.1.tool_call_id"),
-    ({"messages": [*ASK, {"role": "tool", "tool_call_id": "call_1", "content": "21C"}]}, "messages.1.tool_call_id"),  # no call made
-    ({"messages": [*ROUND_TRIP[:2], {**ROUND_TRIP[2], "tool_call_id": "call_2"}]}, "messages.2.tool_call_id"),  # not the call made
-    ({"messages": [ROUND_TRIP[2], *ROUND_TRIP]}, "messages.0.tool_call_id"),  # the call comes after
-    ({"messages": [{"role": "user", "content": "hi", "tool_calls": ROUND_TRIP[1]["tool_calls"]}]}, "messages.0.tool_calls"),
-])
+@pytest.mark.parametrize(
+    ("change", "param"),
+    [
+        ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
+        ({"tools": [], "tool_choice": "required"}, "tool_choice"),
+        ({"tools": None, "tool_choice": "auto"}, "tool_choice"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}}},
+                    }
+                ]
+            },
+            "tools.0.function.parameters",
+        ),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "tools.0.function.parameters"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"$schema": ["x"]}}}]}, "tools.0.function.parameters"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools.0.function.name"),
+        ({"tools": [WEATHER, WEATHER]}, "tools"),
+        ({"messages": [*ASK, {"role": "tool", "content": "21C"}]}, "messages.1.tool_call_id"),
+        ({"messages": [*ASK, {"role": "tool", "tool_call_id": "call_1", "content": "21C"}]}, "messages.1.tool_call_id"),  # no call made
+        ({"messages": [*ROUND_TRIP[:2], {**ROUND_TRIP[2], "tool_call_id": "call_2"}]}, "messages.2.tool_call_id"),  # not the call made
+        ({"messages": [ROUND_TRIP[2], *ROUND_TRIP]}, "messages.0.tool_call_id"),  # the call comes after
+        ({"messages": [{"role": "user", "content": "hi", "tool_calls": ROUND_TRIP[1]["tool_calls"]}]}, "messages.0.tool_calls"),
+    ],
+)
 def test_bad_tool_requests_are_400s_naming_the_field(gateway_url, change, param):
     body = {**GREEDY, "messages": ASK, "tools": [WEATHER], **change}
     body = {key: value for key, value in body.items() if value is not None}
@@ -106,18 +128,23 @@ def test_bad_tool_requests_are_400s_naming_the_field(gateway_url, change, param)
 
 def test_the_sdk_sees_an_unknown_function_in_tool_choice_as_a_bad_request(client):
     with pytest.raises(BadRequestError) as raised:
-        client.chat.completions.create(**GREEDY, messages=ASK, tools=[WEATHER],
-                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+        client.chat.completions.create(
+            **GREEDY, messages=ASK, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}
+        )
     assert raised.value.body["param"] == "tool_choice" and "nope" in raised.value.body["message"]
 
 
 # Small enough for the tiny pair's 512-token context with the tools prompt; enums keep a random model's
 # arguments short.
-DAYS = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"d": {"enum": [1, 2]}},
-                                                                     "required": ["d"], "additionalProperties": False}}}
+DAYS = {
+    "type": "function",
+    "function": {
+        "name": "f",
+        "parameters": {"type": "object", "properties": {"d": {"enum": [1, 2]}}, "required": ["d"], "additionalProperties": False},
+    },
+}
 PING = {"type": "function", "function": {"name": "p", "parameters": {"type": "object", "additionalProperties": False}}}
-FORCED = {**GREEDY, "max_tokens": 72, "messages": [{"role": "user", "content": "Go"}], "tools": [DAYS, PING],
-          "parallel_tool_calls": False}
+FORCED = {**GREEDY, "max_tokens": 72, "messages": [{"role": "user", "content": "Go"}], "tools": [DAYS, PING], "parallel_tool_calls": False}
 
 
 def arguments_valid(call, tools) -> bool:
@@ -125,8 +152,9 @@ def arguments_valid(call, tools) -> bool:
     return jsonschema.Draft202012Validator(schema).is_valid(json.loads(call.function.arguments))
 
 
-@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "f"}},
-                                         {"type": "function", "function": {"name": "p"}}])
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "p"}}]
+)
 def test_a_forced_call_is_one_call_whose_arguments_validate_streamed_or_not(client, tool_choice):
     reply = client.chat.completions.create(**FORCED, tool_choice=tool_choice)
     choice = reply.choices[0]
@@ -159,14 +187,16 @@ def test_a_forced_call_cut_short_by_max_tokens_leaves_no_markup_in_content(clien
         complete = prefixes[size].count("</tool_call>")
         for choice in (client.chat.completions.create(**cut).choices[0], streamed_choice(client, **cut)):
             assert choice.finish_reason == "length" and not choice.message.content, (size, prefixes[size], choice)
-            assert [(call.function.name, call.function.arguments) for call in choice.message.tool_calls or []] == \
-                   [(call.function.name, call.function.arguments) for call in full.message.tool_calls[:complete]]
+            assert [(call.function.name, call.function.arguments) for call in choice.message.tool_calls or []] == [
+                (call.function.name, call.function.arguments) for call in full.message.tool_calls[:complete]
+            ]
 
 
 def test_forced_calls_with_sampling_all_validate(client):
     for seed in range(4):
-        reply = client.chat.completions.create(**{**FORCED, "temperature": 1.0, "seed": seed}, tool_choice="required",
-                                               extra_body={"speculative": {"acceptance": "rejection"}})
+        reply = client.chat.completions.create(
+            **{**FORCED, "temperature": 1.0, "seed": seed}, tool_choice="required", extra_body={"speculative": {"acceptance": "rejection"}}
+        )
         choice = reply.choices[0]
         assert choice.finish_reason == "tool_calls" and all(arguments_valid(call, FORCED["tools"]) for call in choice.message.tool_calls)
 

@@ -14,20 +14,37 @@ from openai import OpenAI
 from tool_support import streamed_choice
 
 from specdec.bundled import bundled_model_path
-from specdec.serving.config import SpecdecConfig
 from specdec.drafters.gguf import GgufDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.models import load_model
+from specdec.serving.config import SpecdecConfig
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city",
-    "parameters": {"type": "object",
-                   "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-                   "required": ["city", "unit"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "description": "Get the current time in a time zone",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 40}}, "required": ["zone"],
-                   "additionalProperties": False}}}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Get the current time in a time zone",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 40}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
+    },
+}
 TOOLS = [WEATHER, TIME]
 ASK = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
 GREEDY = {"model": "smollm2-135m-instruct", "max_tokens": 80, "temperature": 0, "tools": TOOLS}
@@ -56,8 +73,11 @@ def validates(name: str, arguments: dict) -> bool:
     return jsonschema.Draft202012Validator(schema).is_valid(arguments)
 
 
-@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}},
-                                         {"type": "function", "function": {"name": "get_time"}}], ids=["required", "weather", "time"])
+@pytest.mark.parametrize(
+    "tool_choice",
+    ["required", {"type": "function", "function": {"name": "get_weather"}}, {"type": "function", "function": {"name": "get_time"}}],
+    ids=["required", "weather", "time"],
+)
 def test_forced_calls_validate_and_stream_into_the_same_call(client, tool_choice):
     whole = client.chat.completions.create(**GREEDY, messages=ASK, tool_choice=tool_choice).choices[0]
     assert whole.finish_reason == "tool_calls" and whole.message.content is None
@@ -87,8 +107,11 @@ def test_auto_streamed_and_whole_answers_agree(client):
 def test_a_tool_result_round_trip_gets_an_answer(client):
     first = client.chat.completions.create(**GREEDY, messages=ASK, tool_choice={"type": "function", "function": {"name": "get_weather"}})
     call = first.choices[0].message.tool_calls[0]
-    messages = [*ASK, first.choices[0].message.model_dump(exclude_none=True),
-                {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"city": "Paris", "temperature": 21, "sky": "sunny"})}]
+    messages = [
+        *ASK,
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"city": "Paris", "temperature": 21, "sky": "sunny"})},
+    ]
     answer = client.chat.completions.create(**GREEDY, messages=messages, tool_choice="none").choices[0]
     assert answer.finish_reason in ("stop", "length") and answer.message.content and not answer.message.tool_calls
     assert client.chat.completions.create(**GREEDY, messages=messages).usage.prompt_tokens > first.usage.prompt_tokens

@@ -39,8 +39,9 @@ def test_ignore_eos_generates_max_tokens_where_the_model_would_stop(client, forc
         assert reply.usage.completion_tokens == 8 and reply.choices[0].finish_reason == "length"
     assert on.choices[0].message.content == off.choices[0].message.content
     assert on.model_extra["speculative"]["accepted_tokens"] > 0  # the draft proposes EOS too, and it is kept
-    text = client.completions.create(model="target", prompt=PROMPT, max_tokens=6, temperature=0, logit_bias=forced_eos,
-                                     extra_body={"ignore_eos": True})
+    text = client.completions.create(
+        model="target", prompt=PROMPT, max_tokens=6, temperature=0, logit_bias=forced_eos, extra_body={"ignore_eos": True}
+    )
     assert text.usage.completion_tokens == 6 and text.choices[0].finish_reason == "length"
 
 
@@ -86,19 +87,40 @@ def _assert_running_usage(chunks: list, final_tokens: int) -> None:
 
 def test_continuous_usage_stats_puts_the_running_usage_in_every_chunk(client):
     options = {"include_usage": True, "continuous_usage_stats": True}
-    chunks = list(client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=24, temperature=0, stream=True,
-                                                 stream_options=options, extra_body={"ignore_eos": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="target",
+            messages=MESSAGES,
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+            stream_options=options,
+            extra_body={"ignore_eos": True},
+        )
+    )
     _assert_running_usage(chunks, 24)
     assert chunks[0].usage.completion_tokens == 0  # the role chunk: the prompt only
     assert chunks[-1].choices == [] and chunks[-1].model_extra["speculative"]["rounds"] > 1
-    text = list(client.completions.create(model="target", prompt=PROMPT, max_tokens=12, temperature=0, stream=True,
-                                          stream_options={"continuous_usage_stats": True}, extra_body={"ignore_eos": True}))
+    text = list(
+        client.completions.create(
+            model="target",
+            prompt=PROMPT,
+            max_tokens=12,
+            temperature=0,
+            stream=True,
+            stream_options={"continuous_usage_stats": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
     _assert_running_usage(text, 12)
 
 
 def test_without_continuous_usage_stats_only_the_last_chunk_has_usage(client):
-    chunks = list(client.chat.completions.create(model="target", messages=MESSAGES, max_tokens=8, temperature=0, stream=True,
-                                                 stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="target", messages=MESSAGES, max_tokens=8, temperature=0, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert all(chunk.usage is None for chunk in chunks[:-1]) and chunks[-1].usage is not None
 
 
@@ -108,16 +130,23 @@ def test_without_continuous_usage_stats_only_the_last_chunk_has_usage(client):
 GRAMMAR = {"max_tokens": 4, "response_format": {"type": "json_object"}}
 
 
-@pytest.mark.parametrize("fields,param,reason", [
-    ({"max_tokens": 4, "extra_body": {"min_tokens": 5}}, "min_tokens", "at most max_tokens (4)"),
-    ({"max_tokens": 4, "extra_body": {"min_tokens": -1}}, "min_tokens", "greater than or equal to 0"),
-    # past the context (512) a chat without max_tokens runs to: verify refuses it
-    ({"extra_body": {"min_tokens": 600}}, "min_tokens", "at most max_tokens"),
-    ({**GRAMMAR, "extra_body": {"ignore_eos": True}}, "ignore_eos", "cannot be combined with a grammar"),
-    ({**GRAMMAR, "extra_body": {"min_tokens": 2}}, "min_tokens", "cannot be combined with a grammar"),
-    ({"max_tokens": 4, "stream": True, "stream_options": {"continuous_usage_stats": "often"}}, "stream_options.continuous_usage_stats",
-     "valid boolean"),
-], ids=["past-max-tokens", "negative", "past-the-context", "ignore-eos-with-a-grammar", "min-tokens-with-a-grammar", "not-a-bool"])
+@pytest.mark.parametrize(
+    "fields,param,reason",
+    [
+        ({"max_tokens": 4, "extra_body": {"min_tokens": 5}}, "min_tokens", "at most max_tokens (4)"),
+        ({"max_tokens": 4, "extra_body": {"min_tokens": -1}}, "min_tokens", "greater than or equal to 0"),
+        # past the context (512) a chat without max_tokens runs to: verify refuses it
+        ({"extra_body": {"min_tokens": 600}}, "min_tokens", "at most max_tokens"),
+        ({**GRAMMAR, "extra_body": {"ignore_eos": True}}, "ignore_eos", "cannot be combined with a grammar"),
+        ({**GRAMMAR, "extra_body": {"min_tokens": 2}}, "min_tokens", "cannot be combined with a grammar"),
+        (
+            {"max_tokens": 4, "stream": True, "stream_options": {"continuous_usage_stats": "often"}},
+            "stream_options.continuous_usage_stats",
+            "valid boolean",
+        ),
+    ],
+    ids=["past-max-tokens", "negative", "past-the-context", "ignore-eos-with-a-grammar", "min-tokens-with-a-grammar", "not-a-bool"],
+)
 def test_bad_values_are_400_naming_the_field(client, fields, param, reason):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="target", messages=MESSAGES, **fields)

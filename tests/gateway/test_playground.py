@@ -14,8 +14,16 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package: `playwright install` cannot download browsers here
 # As root on a machine without a display or network: no sandbox, no GPU, nothing phoning home.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 KEY = "sk-playground-3c9a"
 PROMPT = "Hello! How are you today?"  # the tiny target answers with lookups, draft tokens and its own
 TIMEOUT_MS = 60_000
@@ -76,8 +84,10 @@ def _settings(page: Page, **values) -> None:
 
 
 def _tokens(page: Page, selector: str = "#output") -> list[dict]:
-    return page.eval_on_selector_all(f"{selector} .token", "els => els.map(e => ({source: e.dataset.source, round: e.dataset.round, "
-                                                           "text: e.textContent, title: e.title}))")
+    return page.eval_on_selector_all(
+        f"{selector} .token",
+        "els => els.map(e => ({source: e.dataset.source, round: e.dataset.round, text: e.textContent, title: e.title}))",
+    )
 
 
 def _wait_for_tokens(page: Page, count: int = 3) -> None:
@@ -97,9 +107,17 @@ def test_tokens_render_with_their_sources_rounds_and_live_stats(visit, process_s
     _settings(page)
     _send(page)
     tokens = _tokens(page)
-    expected = httpx.post(f"{process_stack.url}/v1/chat/completions", timeout=60, json={
-        "model": "target", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 64, "temperature": 0,
-        "speculative": {"num_draft_tokens": 4, "provenance": True}}).json()
+    expected = httpx.post(
+        f"{process_stack.url}/v1/chat/completions",
+        timeout=60,
+        json={
+            "model": "target",
+            "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": 64,
+            "temperature": 0,
+            "speculative": {"num_draft_tokens": 4, "provenance": True},
+        },
+    ).json()
     assert page.inner_text("#output") == expected["choices"][0]["message"]["content"]
     assert len(tokens) == len(expected["choices"][0]["provenance"]["tokens"])
     assert {token["source"] for token in tokens} <= SOURCES and len({token["source"] for token in tokens}) > 1, tokens
@@ -197,8 +215,22 @@ def test_every_control_has_a_label_and_focus_follows_the_page(visit, process_sta
     for _ in range(11):
         page.keyboard.press("Tab")
         order.append(page.evaluate("document.activeElement.id"))
-    assert order == ["send", "compare", "api-key", "model", "temperature", "seed", "num-draft-tokens", "max-tokens", "acceptance",
-                     "speculative", ""][: len(order)]
+    assert (
+        order
+        == [
+            "send",
+            "compare",
+            "api-key",
+            "model",
+            "temperature",
+            "seed",
+            "num-draft-tokens",
+            "max-tokens",
+            "acceptance",
+            "speculative",
+            "",
+        ][: len(order)]
+    )
 
 
 @pytest.fixture(scope="module")

@@ -63,8 +63,12 @@ def test_without_the_opt_in_chunks_are_plain_openai_and_the_text_is_the_same(cli
         return "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
 
     assert text(plain) == text(traced)
-    assert text(traced) == "".join(t["text"] for c in traced if c.choices and "provenance" in c.choices[0].model_extra
-                                   for t in c.choices[0].model_extra["provenance"]["tokens"])
+    assert text(traced) == "".join(
+        t["text"]
+        for c in traced
+        if c.choices and "provenance" in c.choices[0].model_extra
+        for t in c.choices[0].model_extra["provenance"]["tokens"]
+    )
 
 
 def test_a_non_streamed_reply_carries_the_whole_provenance(client):
@@ -78,8 +82,16 @@ def test_a_non_streamed_reply_carries_the_whole_provenance(client):
 
 
 def test_completions_stream_and_each_choice_of_n_carry_their_own(client):
-    stream = client.completions.create(model="target", prompt="Once upon a time, once upon a time", max_tokens=24, temperature=0.8,
-                                       seed=3, n=2, stream=True, extra_body=PROVENANCE)
+    stream = client.completions.create(
+        model="target",
+        prompt="Once upon a time, once upon a time",
+        max_tokens=24,
+        temperature=0.8,
+        seed=3,
+        n=2,
+        stream=True,
+        extra_body=PROVENANCE,
+    )
     texts, traced = {0: "", 1: ""}, {0: "", 1: ""}
     for chunk in stream:
         for choice in chunk.choices:
@@ -90,6 +102,10 @@ def test_completions_stream_and_each_choice_of_n_carry_their_own(client):
 
 def test_target_only_tokens_are_all_the_targets(client):
     chunks = client.chat.completions.create(**GREEDY, stream=True, extra_body={"speculative": {"provenance": True, "enabled": False}})
-    sources = [t["source"] for c in chunks if c.choices and "provenance" in c.choices[0].model_extra
-               for t in c.choices[0].model_extra["provenance"]["tokens"]]
+    sources = [
+        t["source"]
+        for c in chunks
+        if c.choices and "provenance" in c.choices[0].model_extra
+        for t in c.choices[0].model_extra["provenance"]["tokens"]
+    ]
     assert sources and set(sources) == {"target"}

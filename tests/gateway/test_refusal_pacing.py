@@ -27,6 +27,7 @@ def _refusals(client: httpx.AsyncClient, count: int, headers: dict | None = None
         for _ in range(count):
             assert (await client.post("/v1/chat/completions", json=BAD, headers=headers or {})).status_code == 400
         return time.perf_counter() - started
+
     return run()
 
 

@@ -14,8 +14,10 @@ import gateway.auth
 PUBLIC = {"/", "/health", "/ready", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}  # "/": the static playground
 KEY = "sk-route-walk-7f3e"
 # One valid body per POST route (each refuses the other's fields, as OpenAI's API does).
-VALID_BODIES = {"/v1/chat/completions": {"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
-                "/v1/completions": {"model": "target", "prompt": "hi", "max_tokens": 2}}
+VALID_BODIES = {
+    "/v1/chat/completions": {"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    "/v1/completions": {"model": "target", "prompt": "hi", "max_tokens": 2},
+}
 
 
 @pytest.fixture

@@ -29,19 +29,22 @@ def assert_locked_down(response: httpx.Response) -> None:
     assert response.headers["x-content-type-options"] == "nosniff"
 
 
-@pytest.mark.parametrize(("method", "path", "body", "status"), [
-    ("GET", "/", None, 200),
-    ("GET", "/playground/app.js", None, 200),
-    ("GET", "/health", None, 200),
-    ("GET", "/metrics", None, 200),
-    ("GET", "/openapi.json", None, 200),
-    ("GET", "/v1/models", None, 200),
-    ("POST", CHAT, {"model": "target", "messages": HELLO, "max_tokens": 2}, 200),
-    ("POST", CHAT, {"model": "target", "messages": HELLO, "max_tokens": 2, "stream": True}, 200),
-    ("POST", CHAT, {"model": "target", "messages": "hi"}, 400),
-    ("POST", CHAT, {"model": "nope", "messages": HELLO}, 404),
-    ("GET", "/no/such/page", None, 404),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("GET", "/", None, 200),
+        ("GET", "/playground/app.js", None, 200),
+        ("GET", "/health", None, 200),
+        ("GET", "/metrics", None, 200),
+        ("GET", "/openapi.json", None, 200),
+        ("GET", "/v1/models", None, 200),
+        ("POST", CHAT, {"model": "target", "messages": HELLO, "max_tokens": 2}, 200),
+        ("POST", CHAT, {"model": "target", "messages": HELLO, "max_tokens": 2, "stream": True}, 200),
+        ("POST", CHAT, {"model": "target", "messages": "hi"}, 400),
+        ("POST", CHAT, {"model": "nope", "messages": HELLO}, 404),
+        ("GET", "/no/such/page", None, 404),
+    ],
+)
 def test_every_response_has_the_content_security_policy(client, method, path, body, status):
     response = client.request(method, path, json=body)
     assert response.status_code == status, response.text

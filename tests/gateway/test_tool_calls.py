@@ -22,7 +22,7 @@ def calls_of(delta) -> list[tuple[str, dict]]:
 def fed_in_pieces(text: str, size: int, parallel: bool = True, finish_reason: str = "stop"):
     """What a stream of `size`-character pieces releases: the content and the calls, assembled."""
     parser = ToolCallParser(FUNCTIONS, parallel)
-    deltas = [parser.feed(text[start:start + size]) for start in range(0, len(text), size)] + [parser.finish(finish_reason)]
+    deltas = [parser.feed(text[start : start + size]) for start in range(0, len(text), size)] + [parser.finish(finish_reason)]
     return "".join(delta.content for delta in deltas), [call for delta in deltas for call in delta.calls]
 
 
@@ -43,8 +43,13 @@ def test_text_around_calls_is_content_without_the_separators():
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 11, 1000])
 def test_streamed_pieces_give_the_whole_outputs_content_and_calls(size):
-    for text in (f"Sure.\n{WEATHER}\n{ADD}", "Plain prose, no calls at all.\n\n", f"{WEATHER} and then some text <tool_ca",
-                 "a < b <tool <tool_cal x", f"x <tool_call>{{bad json}}</tool_call> y {ADD}"):
+    for text in (
+        f"Sure.\n{WEATHER}\n{ADD}",
+        "Plain prose, no calls at all.\n\n",
+        f"{WEATHER} and then some text <tool_ca",
+        "a < b <tool <tool_cal x",
+        f"x <tool_call>{{bad json}}</tool_call> y {ADD}",
+    ):
         whole = parse_output(text, FUNCTIONS)
         content, calls = fed_in_pieces(text, size)
         assert content == whole.content
@@ -55,7 +60,7 @@ def test_streamed_pieces_give_the_whole_outputs_content_and_calls(size):
 def test_no_piece_of_a_streamed_call_reaches_the_content(size):
     text = f"Checking.\n{WEATHER}\n{ADD}"
     parser = ToolCallParser(FUNCTIONS)
-    pieces = [parser.feed(text[start:start + size]).content for start in range(0, len(text), size)] + [parser.finish().content]
+    pieces = [parser.feed(text[start : start + size]).content for start in range(0, len(text), size)] + [parser.finish().content]
     assert "".join(pieces) == "Checking."
 
 
@@ -65,8 +70,17 @@ def test_output_without_calls_is_content_unchanged():
         assert delta.content == text and delta.calls == []
 
 
-@pytest.mark.parametrize("body", ['{"name": "unknown_fn", "arguments": {}}', "{not json}", '{"arguments": {"a": 1}}', '["add"]',
-                                  '{"name": "add", "arguments": [1, 2]}', '{"name": "add", "arguments": "not json"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name": "unknown_fn", "arguments": {}}',
+        "{not json}",
+        '{"arguments": {"a": 1}}',
+        '["add"]',
+        '{"name": "add", "arguments": [1, 2]}',
+        '{"name": "add", "arguments": "not json"}',
+    ],
+)
 def test_a_block_that_is_not_a_call_to_a_known_function_stays_content(body):
     text = f"before <tool_call>{body}</tool_call> after"
     delta = parse_output(text, FUNCTIONS)
@@ -78,12 +92,14 @@ def test_a_block_that_is_not_a_call_to_a_known_function_stays_content(body):
 def test_an_unfinished_call_is_dropped_never_content(finish_reason, size):
     # A forced call cut short by max_tokens used to come back as raw markup in `content`, next to the
     # calls completed before it (issue 29).
-    for text, content, calls in (('Calling: <tool_call>\n{"name": "add", "arguments": {"a": 1', "Calling:", []),
-                                 (f'{WEATHER}\n<tool_call>\n{{"name": "add", "argu', "", ["get_weather"]),
-                                 (f"{ADD}\n<tool_call>", "", ["add"]),
-                                 ("<tool_call>", "", [])):
+    for text, content, calls in (
+        ('Calling: <tool_call>\n{"name": "add", "arguments": {"a": 1', "Calling:", []),
+        (f'{WEATHER}\n<tool_call>\n{{"name": "add", "argu', "", ["get_weather"]),
+        (f"{ADD}\n<tool_call>", "", ["add"]),
+        ("<tool_call>", "", []),
+    ):
         parser = ToolCallParser(FUNCTIONS)
-        deltas = [parser.feed(text[start:start + size]) for start in range(0, len(text), size)] + [parser.finish(finish_reason)]
+        deltas = [parser.feed(text[start : start + size]) for start in range(0, len(text), size)] + [parser.finish(finish_reason)]
         assert "".join(delta.content for delta in deltas) == content
         assert [call.name for delta in deltas for call in delta.calls] == calls
         whole = parse_output(text, FUNCTIONS, finish_reason=finish_reason)
@@ -129,4 +145,6 @@ def test_a_rendered_call_parses_back_to_the_same_call():
     text = CALL_SEPARATOR.join([call_text("get_weather", '{"city": "Paris"}'), call_text("ping", "{}")])
     parsed = parse_output(text, {"get_weather", "ping"})
     assert parsed.content == "" and [(call.name, json.loads(call.arguments)) for call in parsed.calls] == [
-        ("get_weather", {"city": "Paris"}), ("ping", {})]
+        ("get_weather", {"city": "Paris"}),
+        ("ping", {}),
+    ]

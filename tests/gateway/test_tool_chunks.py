@@ -16,14 +16,15 @@ from gateway.streaming import stream_events
 from specdec.v1 import verify_pb2
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": CITY}},
-         {"type": "function", "function": {"name": "add"}}]
-OUTPUT = ('I will check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-          '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": CITY}}, {"type": "function", "function": {"name": "add"}}]
+OUTPUT = (
+    'I will check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+)
 
 
 def rounds(text: str, size: int, finish_reason: str = "stop") -> list[verify_pb2.GenerateResponse]:
-    pieces = [text[start:start + size] for start in range(0, len(text), size)]
+    pieces = [text[start : start + size] for start in range(0, len(text), size)]
     messages = [verify_pb2.GenerateResponse(text=piece, token_ids=[1]) for piece in pieces]
     messages[-1].finish_reason = finish_reason
     messages[-1].usage.completion_tokens = len(pieces)
@@ -66,8 +67,9 @@ def test_the_sdks_stream_assembly_gives_the_whole_responses_calls_and_content(si
     assert whole.message.content == streamed.message.content == "I will check."
     calls = [(call.function.name, json.loads(call.function.arguments)) for call in whole.message.tool_calls]
     assert calls == [("get_weather", {"city": "Paris"}), ("add", {"a": 1, "b": 2})]
-    assert [(call.function.name, call.function.arguments) for call in streamed.message.tool_calls] == \
-           [(call.function.name, call.function.arguments) for call in whole.message.tool_calls]
+    assert [(call.function.name, call.function.arguments) for call in streamed.message.tool_calls] == [
+        (call.function.name, call.function.arguments) for call in whole.message.tool_calls
+    ]
     assert all(call.id.startswith("call_") and call.type == "function" for call in streamed.message.tool_calls)
 
 
@@ -113,10 +115,12 @@ def test_rounds_whose_text_is_held_back_send_no_empty_deltas():
 def test_a_call_cut_short_leaves_no_markup_in_content_whole_or_streamed(size, tool_choice):
     # issue 29: a forced call cut short by max_tokens came back with finish_reason "length" and its raw
     # `<tool_call>` markup in `content`, next to the call completed before it.
-    inside_second_call = OUTPUT[:OUTPUT.rindex('"a": 1')]
-    for text, content, calls in ((inside_second_call, "I will check.", ["get_weather"]),
-                                 ("I will check.\n<tool_c", "I will check.", []),  # an opening marker, cut
-                                 (OUTPUT.split("\n", 1)[1][:30], None, [])):  # a forced call's first, cut
+    inside_second_call = OUTPUT[: OUTPUT.rindex('"a": 1')]
+    for text, content, calls in (
+        (inside_second_call, "I will check.", ["get_weather"]),
+        ("I will check.\n<tool_c", "I will check.", []),  # an opening marker, cut
+        (OUTPUT.split("\n", 1)[1][:30], None, []),
+    ):  # a forced call's first, cut
         shape = completion(tool_choice=tool_choice)
         whole = ChatCompletion.model_validate(whole_response(shape, rounds(text, size, finish_reason="length"))).choices[0]
         chunks = streamed_chunks(shape, rounds(text, size, finish_reason="length"))

@@ -20,10 +20,16 @@ from gateway.tool_calls import parse_output
 from gateway.tool_constraint import call_grammar, call_schema, rebased, request_grammar
 from specdec.errors import InvalidRequestError
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
-           "required": ["city"], "additionalProperties": False}
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "ping"}}]
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "ping"}},
+]
 
 
 def request(tool_choice) -> ChatCompletionRequest:
@@ -61,8 +67,10 @@ def test_the_grammar_compiles_and_frames_calls_the_parser_reads(parallel):
     assert llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", grammar)) == ""
     assert grammar.startswith("start: call" + (' ("\\n" call)*' if parallel else "\n"))
     # the framing the grammar writes around each call is what the parser takes
-    framed = "\n".join('<tool_call>\n' + json.dumps(call) + '\n</tool_call>' for call in
-                       ({"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "ping", "arguments": {}}))
+    framed = "\n".join(
+        "<tool_call>\n" + json.dumps(call) + "\n</tool_call>"
+        for call in ({"name": "get_weather", "arguments": {"city": "Rome"}}, {"name": "ping", "arguments": {}})
+    )
     parsed = parse_output(framed, {"get_weather", "ping"})
     assert parsed.content == "" and [call.name for call in parsed.calls] == ["get_weather", "ping"]
 
@@ -103,8 +111,13 @@ def test_the_request_grammar_is_the_forced_calls_or_none_and_never_both_with_a_r
     grammar = request_grammar(request({"type": "function", "function": {"name": "ping"}}))
     assert matches(grammar, framed({"name": "ping", "arguments": {}}))
     assert not matches(grammar, framed({"name": "get_weather", "arguments": {"city": "Rome"}}))
-    both = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS, tool_choice="required",
-                                 response_format={"type": "json_object"})
+    both = ChatCompletionRequest(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=TOOLS,
+        tool_choice="required",
+        response_format={"type": "json_object"},
+    )
     with pytest.raises(InvalidRequestError) as raised:
         request_grammar(both)
     assert raised.value.field == "tool_choice"
@@ -137,9 +150,17 @@ def test_local_references_of_a_pydantic_schema_resolve_and_are_enforced(tool_cho
 
 
 def test_references_are_rebased_but_data_and_property_names_are_not():
-    schema = {"type": "object", "$defs": {"A": {"type": "integer"}},
-              "properties": {"$ref": {"$ref": "#/$defs/A"}, "whole": {"$ref": "#"}, "remote": {"$ref": "other.json#/x"},
-                             "fixed": {"const": {"$ref": "#/$defs/A"}}, "anchor": {"$ref": "#name"}}}
+    schema = {
+        "type": "object",
+        "$defs": {"A": {"type": "integer"}},
+        "properties": {
+            "$ref": {"$ref": "#/$defs/A"},
+            "whole": {"$ref": "#"},
+            "remote": {"$ref": "other.json#/x"},
+            "fixed": {"const": {"$ref": "#/$defs/A"}},
+            "anchor": {"$ref": "#name"},
+        },
+    }
     moved = rebased(schema, "#/$defs/args_3")
     properties = moved["properties"]
     assert properties["$ref"] == {"$ref": "#/$defs/args_3/$defs/A"} and properties["whole"] == {"$ref": "#/$defs/args_3"}

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from service_support import CHAT, assert_openai_error
 
-from gateway.tool_protocol import MAX_TOOLS, MAX_TOOL_SCHEMA_CHARS
+from gateway.tool_protocol import MAX_TOOL_SCHEMA_CHARS, MAX_TOOLS
 
 HEALTH_WITHIN_S = 0.5
 ASK = [{"role": "user", "content": "hi"}]
@@ -42,10 +42,15 @@ def slow_to_check_under_the_cap() -> list[dict]:
 
 # With tool_choice "none" the tools are not rendered into the prompt (so the tiny pair's context does not
 # refuse them from their length first), and their schemas are still checked.
-@pytest.mark.parametrize(("tools", "choice", "param"), [(over_the_cap, "auto", "tools"),
-                                                         (slow_to_check_under_the_cap, "none", f"tools.{MAX_TOOLS - 1}.function.parameters"),
-                                                         (slow_to_check_under_the_cap, "auto", "tools")],
-                         ids=["over-the-cap", "checked-under-the-cap", "too-long-for-the-context"])
+@pytest.mark.parametrize(
+    ("tools", "choice", "param"),
+    [
+        (over_the_cap, "auto", "tools"),
+        (slow_to_check_under_the_cap, "none", f"tools.{MAX_TOOLS - 1}.function.parameters"),
+        (slow_to_check_under_the_cap, "auto", "tools"),
+    ],
+    ids=["over-the-cap", "checked-under-the-cap", "too-long-for-the-context"],
+)
 def test_health_answers_while_large_tool_schemas_are_refused(gateway_url, tools, choice, param):
     body = {"model": "target", "messages": ASK, "max_tokens": 2, "tools": tools(), "tool_choice": choice}
     answer: dict[str, httpx.Response] = {}

@@ -34,8 +34,11 @@ def _refused(url: str) -> bool:
 
 @pytest.mark.parametrize("route", ["chat", "completions"])
 def test_client_disconnect_mid_stream_frees_sessions_on_all_services_within_a_second(stack, http, route):
-    body = dict(LONG_GREEDY, stream=True) if route == "chat" else {"model": "target", "prompt": "Once upon a time", "max_tokens": 400,
-                                                                    "temperature": 0, "stream": True}
+    body = (
+        dict(LONG_GREEDY, stream=True)
+        if route == "chat"
+        else {"model": "target", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True}
+    )
     with http.stream("POST", CHAT if route == "chat" else "/v1/completions", json=body) as response:
         events = sse_events(response.iter_lines())
         next(events), next(events)

@@ -41,16 +41,26 @@ def _assert_quiet(log: str) -> None:
     assert '"level": "error"' not in log and "Traceback" not in log, log[-3000:]
 
 
-@pytest.mark.parametrize(("messages", "field"), [
-    # the vocabulary the client claims is not the model's: id 100000 has no embedding row
-    ([_open(vocab_size=2**20, prompt_ids=[100_000])], "open.prompt_ids"),
-    ([_open(prompt_ids=[TINY_VOCAB])], "open.prompt_ids"),
-    ([_open(prompt_ids=[5] * (TINY_CONTEXT + 1))], "open.prompt_ids"),
-    # 8,000 tokens appended to a 512-token-context model
-    ([_open(), _feedback(num_accepted=0, appended_ids=[5] * 8000)], "feedback.appended_ids"),
-    ([_open(prompt_ids=[5] * 400), _feedback(num_accepted=0, appended_ids=[5] * 60), _feedback(num_accepted=0, appended_ids=[5] * 60)],
-     "feedback.appended_ids"),
-], ids=["claimed-vocab", "id-past-vocab", "prompt-past-context", "appended-past-context", "grows-past-context"])
+@pytest.mark.parametrize(
+    ("messages", "field"),
+    [
+        # the vocabulary the client claims is not the model's: id 100000 has no embedding row
+        ([_open(vocab_size=2**20, prompt_ids=[100_000])], "open.prompt_ids"),
+        ([_open(prompt_ids=[TINY_VOCAB])], "open.prompt_ids"),
+        ([_open(prompt_ids=[5] * (TINY_CONTEXT + 1))], "open.prompt_ids"),
+        # 8,000 tokens appended to a 512-token-context model
+        ([_open(), _feedback(num_accepted=0, appended_ids=[5] * 8000)], "feedback.appended_ids"),
+        (
+            [
+                _open(prompt_ids=[5] * 400),
+                _feedback(num_accepted=0, appended_ids=[5] * 60),
+                _feedback(num_accepted=0, appended_ids=[5] * 60),
+            ],
+            "feedback.appended_ids",
+        ),
+    ],
+    ids=["claimed-vocab", "id-past-vocab", "prompt-past-context", "appended-past-context", "grows-past-context"],
+)
 def test_draft_refuses_what_its_model_cannot_hold(stack, messages, field):
     offset = len(stack.draft.output())
     _assert_invalid_argument(_propose_error(stack.ports["draft"], messages), field)
@@ -68,12 +78,15 @@ def test_draft_refuses_a_vocabulary_wider_than_any_model_has(stack, prompt_ids):
 UNDECODABLE = b"\xff\xff\xff\xff"  # field number 0x1fffffff with wire type 7: no protobuf parser accepts it
 
 
-@pytest.mark.parametrize(("service", "method", "kind"), [
-    ("draft", "/specdec.v1.DraftService/Propose", "stream_stream"),
-    ("draft", "/specdec.v1.DraftService/Status", "unary_unary"),
-    ("verify", "/specdec.v1.VerifyService/Verify", "stream_stream"),
-    ("verify", "/specdec.v1.VerifyService/Generate", "unary_stream"),
-])
+@pytest.mark.parametrize(
+    ("service", "method", "kind"),
+    [
+        ("draft", "/specdec.v1.DraftService/Propose", "stream_stream"),
+        ("draft", "/specdec.v1.DraftService/Status", "unary_unary"),
+        ("verify", "/specdec.v1.VerifyService/Verify", "stream_stream"),
+        ("verify", "/specdec.v1.VerifyService/Generate", "unary_stream"),
+    ],
+)
 def test_undecodable_bytes_are_invalid_argument_without_a_traceback(stack, service, method, kind):
     process = stack.processes[service]
     offset = len(process.output())

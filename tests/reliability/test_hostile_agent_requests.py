@@ -23,13 +23,20 @@ PROMPT = [{"role": "user", "content": "Answer in JSON."}]
 # Each passes llguidance's grammar check, then blows its lexer up once matching starts.
 BLOWS_UP = {
     "regex": {"type": "regex", "regex": "a{1000000}"},
-    "schema-pattern": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}}, "required": ["code"]}}},
+    "schema-pattern": {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "x",
+            "schema": {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}}, "required": ["code"]},
+        },
+    },
 }
 UNSATISFIABLE = {
     "self-ref": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#"}}},
-    "mutual-ref": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}}},
+    "mutual-ref": {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "schema": {"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}},
+    },
     "empty-class": {"type": "regex", "regex": "[^\\s\\S]"},
 }
 
@@ -48,8 +55,17 @@ def test_a_constraint_whose_matcher_fails_is_refused_never_unconstrained(stack, 
 
 
 def test_a_forced_tool_call_whose_arguments_cannot_be_enforced_is_refused(http):
-    tool = {"type": "function", "function": {"name": "lookup", "parameters": {
-        "type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}}, "required": ["code"]}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}},
+                "required": ["code"],
+            },
+        },
+    }
     error = assert_openai_error(_chat(http, tools=[tool], tool_choice="required"), 400, param="tool_choice")
     assert "cannot be enforced" in error["message"]
 
@@ -90,12 +106,16 @@ def test_verify_refuses_a_grammar_past_the_gateways_size_cap_at_once(stack):
     assert time.perf_counter() - started < 10  # was: 120 s to DEADLINE_EXCEEDED, and verify kept working for minutes
 
 
-@pytest.mark.parametrize(("settings", "field"), [
-    ({"stop": [f"s{i}" for i in range(100_000)]}, "options.stop"),
-    ({"stop": ["x" * 5000]}, "options.stop"),
-    ({"repetition_penalty": 1e-300}, "options.penalties.repetition_penalty"),
-    ({"temperature": float("inf")}, "options.sampling.temperature"),
-], ids=["100k-stops", "long-stop", "repetition-penalty", "infinite-temperature"])
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"stop": [f"s{i}" for i in range(100_000)]}, "options.stop"),
+        ({"stop": ["x" * 5000]}, "options.stop"),
+        ({"repetition_penalty": 1e-300}, "options.penalties.repetition_penalty"),
+        ({"temperature": float("inf")}, "options.sampling.temperature"),
+    ],
+    ids=["100k-stops", "long-stop", "repetition-penalty", "infinite-temperature"],
+)
 def test_verify_enforces_the_gateways_limits_on_direct_callers(stack, settings, field):
     options = generation_options("Hello", max_tokens=4, **settings)
     _assert_refused(_generate_error(stack.ports["verify"], verify_pb2.GenerateRequest(options=options)), field)
@@ -122,7 +142,9 @@ def _health_latency(port: int) -> float:
 def test_the_draft_builds_grammar_matchers_off_its_event_loop(stack):
     # 5,000 properties (129k characters, under the cap): the matcher took seconds to build, on the loop.
     grammar = json_schema_grammar({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}, "schema")
-    opening = draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=grammar))
+    opening = draft_pb2.ProposeRequest(
+        open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=grammar)
+    )
     port = stack.ports["draft"]
     _health_latency(port)  # connected and warm
 
@@ -145,7 +167,9 @@ def test_the_draft_builds_grammar_matchers_off_its_event_loop(stack):
 
 def test_the_draft_refuses_a_grammar_past_the_cap(stack):
     grammar = "start: " + " | ".join(json.dumps(f"word{i}") for i in range(300_000))
-    opening = draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=grammar))
+    opening = draft_pb2.ProposeRequest(
+        open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=grammar)
+    )
     with grpc.insecure_channel(f"127.0.0.1:{stack.ports['draft']}") as channel, pytest.raises(grpc.RpcError) as refused:
         list(draft_pb2_grpc.DraftServiceStub(channel).Propose(iter([opening]), timeout=30))
     _assert_refused(refused.value, "open.grammar")
@@ -158,8 +182,10 @@ def test_sigterm_while_clients_keep_verify_compiling_grammars_drains_within_the_
     # A 5,000-property schema costs verify over a second of grammar work, and a 3.6 MB grammar kept it
     # working for minutes (and past SIGTERM); three clients alternate them.
     requests = []
-    for grammar in (json_schema_grammar({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}, "schema"),
-                    "start: " + " | ".join(json.dumps(f"word{i}") for i in range(300_000))):
+    for grammar in (
+        json_schema_grammar({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(5000)}}, "schema"),
+        "start: " + " | ".join(json.dumps(f"word{i}") for i in range(300_000)),
+    ):
         options = generation_options("Hello", max_tokens=4)
         options.grammar = grammar
         requests.append(verify_pb2.GenerateRequest(options=options))
@@ -192,8 +218,11 @@ def test_sigterm_while_clients_keep_verify_compiling_grammars_drains_within_the_
         stop = 0  # the clients stop at their next answer
         codes = [code for future in clients for code in future.result(timeout=60)]
     assert drained_s < 10 + 2, drained_s  # verify_service.grace_seconds, plus the announce second
-    assert grpc.StatusCode.INVALID_ARGUMENT in codes and set(codes) <= {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE,
-                                                                       grpc.StatusCode.CANCELLED}, codes
+    assert grpc.StatusCode.INVALID_ARGUMENT in codes and set(codes) <= {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    }, codes
 
 
 def test_refusals_of_oversized_grammars_are_paced_per_peer(stack):
@@ -203,10 +232,17 @@ def test_refusals_of_oversized_grammars_are_paced_per_peer(stack):
     options = generation_options("Hello", max_tokens=4)
     options.grammar = grammar
     generate = verify_pb2.GenerateRequest(options=options)
-    opening = draft_pb2.ProposeRequest(open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=grammar))
-    with grpc.insecure_channel(f"127.0.0.1:{stack.ports['verify']}") as verify, grpc.insecure_channel(f"127.0.0.1:{stack.ports['draft']}") as draft:
-        calls = {"verify": lambda: list(verify_pb2_grpc.VerifyServiceStub(verify).Generate(generate, timeout=30)),
-                 "draft": lambda: list(draft_pb2_grpc.DraftServiceStub(draft).Propose(iter([opening]), timeout=30))}
+    opening = draft_pb2.ProposeRequest(
+        open=draft_pb2.ProposeOpen(prompt_ids=[1, 2, 3], vocab_size=512, num_draft_tokens=2, grammar=grammar)
+    )
+    with (
+        grpc.insecure_channel(f"127.0.0.1:{stack.ports['verify']}") as verify,
+        grpc.insecure_channel(f"127.0.0.1:{stack.ports['draft']}") as draft,
+    ):
+        calls = {
+            "verify": lambda: list(verify_pb2_grpc.VerifyServiceStub(verify).Generate(generate, timeout=30)),
+            "draft": lambda: list(draft_pb2_grpc.DraftServiceStub(draft).Propose(iter([opening]), timeout=30)),
+        }
         for name, call in calls.items():
             answered = []
             for _ in range(5):

@@ -120,9 +120,12 @@ def test_streams_that_never_open_hold_no_session_and_each_peer_has_a_bound(stack
 def impatient_verify(tiny_pair_paths, tmp_path):
     """A verify process (no draft) that closes streams idle for 1.5 s."""
     port, metrics_port = free_port(), free_port()
-    verify = ServiceProcess("verify", ["--target", str(tiny_pair_paths.target), "--no-draft", "--port", str(port),
-                                       "--metrics-port", str(metrics_port)], tmp_path / "verify.log",
-                            env={"SPECDEC_VERIFY_SERVICE__STREAM_IDLE_TIMEOUT_S": "1.5"}).start()
+    verify = ServiceProcess(
+        "verify",
+        ["--target", str(tiny_pair_paths.target), "--no-draft", "--port", str(port), "--metrics-port", str(metrics_port)],
+        tmp_path / "verify.log",
+        env={"SPECDEC_VERIFY_SERVICE__STREAM_IDLE_TIMEOUT_S": "1.5"},
+    ).start()
     try:
         wait_until(lambda: verify.alive() and grpc_serving(port), 120, f"verify did not serve:\n{verify.output()[-2000:]}", interval=0.2)
         yield port, f"http://127.0.0.1:{metrics_port}/metrics"

@@ -69,8 +69,10 @@ def _raw_request(port: int, body: dict, receive_buffer: int) -> socket.socket:
     client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     client.connect(("127.0.0.1", port))
     payload = json.dumps(body).encode()
-    client.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                   % (CHAT.encode(), len(payload), payload))
+    client.sendall(
+        b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (CHAT.encode(), len(payload), payload)
+    )
     return client
 
 

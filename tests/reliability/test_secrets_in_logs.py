@@ -24,7 +24,9 @@ def test_no_prompt_output_or_key_in_any_service_log(stack, http):
     output = served.json()["choices"][0]["message"]["content"]
     assert http.post(CHAT, json={**body, "max_tokens": 600}, headers=headers).status_code == 400  # refused by verify
     assert http.post(CHAT, json={**body, "temperature": -1}, headers=headers).status_code == 400  # refused by the gateway
-    assert http.post("/v1/completions", json={"model": "target", "prompt": SECRET_PROMPT, "max_tokens": 4}, headers=headers).status_code == 200
+    assert (
+        http.post("/v1/completions", json={"model": "target", "prompt": SECRET_PROMPT, "max_tokens": 4}, headers=headers).status_code == 200
+    )
     with http.stream("POST", CHAT, json={**body, "max_tokens": 300, "stream": True}, headers=headers) as response:
         next(sse_events(response.iter_lines()))  # then the client goes away
     time.sleep(0.5)  # log lines written at the end of the abandoned stream
@@ -59,10 +61,16 @@ WEAK_KEY = "letmein"
 def keyed_gateway(stack, tmp_path):
     """A second gateway in front of the shared verify, with an API key and an audit secret."""
     port = free_port()
-    gateway = ServiceProcess("gateway", ["--port", str(port), "--verify-endpoint", f"127.0.0.1:{stack.ports['verify']}"], tmp_path / "gateway.log",
-                             env={"SPECDEC_API_KEYS": WEAK_KEY, "SPECDEC_AUDIT_SECRET": AUDIT_SECRET}).start()
+    gateway = ServiceProcess(
+        "gateway",
+        ["--port", str(port), "--verify-endpoint", f"127.0.0.1:{stack.ports['verify']}"],
+        tmp_path / "gateway.log",
+        env={"SPECDEC_API_KEYS": WEAK_KEY, "SPECDEC_AUDIT_SECRET": AUDIT_SECRET},
+    ).start()
     try:
-        wait_until(lambda: gateway.alive() and http_ok(f"http://127.0.0.1:{port}/ready"), 60, "the keyed gateway did not start", interval=0.2)
+        wait_until(
+            lambda: gateway.alive() and http_ok(f"http://127.0.0.1:{port}/ready"), 60, "the keyed gateway did not start", interval=0.2
+        )
         yield gateway, f"http://127.0.0.1:{port}"
     finally:
         gateway.stop()

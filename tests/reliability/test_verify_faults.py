@@ -6,8 +6,17 @@ from __future__ import annotations
 import signal
 import time
 
-from service_support import (CHAT, LONG_GREEDY, assert_openai_error, grpc_serving, http_ok, sse_events, streamed_speculative, streamed_text,
-                             wait_until)
+from service_support import (
+    CHAT,
+    LONG_GREEDY,
+    assert_openai_error,
+    grpc_serving,
+    http_ok,
+    sse_events,
+    streamed_speculative,
+    streamed_text,
+    wait_until,
+)
 
 SHORT = {**LONG_GREEDY, "max_tokens": 8}
 

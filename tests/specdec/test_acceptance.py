@@ -108,6 +108,7 @@ def test_negative_control_always_accept_fails_the_same_test():
 
 # --- Coupled (keyed Gumbel-max) sampling alone samples p -----------------------------------------
 
+
 def _coupled_samples(target_probs: torch.Tensor, use_log: bool = True) -> torch.Tensor:
     positions = torch.arange(20000)
     noise = keyed_gumbel(seed=99, positions=positions, vocab_size=target_probs.shape[0])
@@ -134,6 +135,7 @@ def test_negative_control_gumbel_on_probabilities_not_logs_fails():
 
 
 # --- Rule mechanics -------------------------------------------------------------------------------
+
 
 def test_greedy_accepts_matching_prefix_then_recovers_target_argmax():
     target_probs = torch.eye(6)[[1, 2, 3, 4]]  # argmax per position: 1, 2, 3, 4

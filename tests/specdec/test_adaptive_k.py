@@ -28,6 +28,7 @@ def affine(fixed_ms: float, per_token_ms: float):
 
 # --- The formula ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("acceptance", [0.0, 0.3, 0.9, 1.0])
 @pytest.mark.parametrize("k", [0, 1, 4, 8])
 def test_expected_tokens_is_the_sum_of_survival_probabilities(acceptance, k):
@@ -58,6 +59,7 @@ def test_a_round_without_candidates_is_one_target_step():
 
 
 # --- The choice ----------------------------------------------------------------------------------
+
 
 def test_high_acceptance_and_a_cheap_draft_choose_a_long_block():
     assert best_draft_length(0.9, 0.5, flat(10.0), 0.0, min_k=0, max_k=8) == 8
@@ -90,6 +92,7 @@ def test_per_round_overhead_favours_fewer_longer_rounds_or_none():
 
 
 # --- Estimates -----------------------------------------------------------------------------------
+
 
 def test_recent_median_ignores_a_spike_and_follows_a_lasting_change():
     costs = RecentMedian(window=5)
@@ -165,8 +168,10 @@ def test_acceptance_estimate_counts_only_the_first_rejection():
 
 # --- The controller, against a simulated drafter and target --------------------------------------
 
-def _run(controller: DraftLengthController, acceptance_by_round, rounds: int, rng: random.Random,
-         draft_ms: float = 0.5, target_ms=None) -> list[int]:
+
+def _run(
+    controller: DraftLengthController, acceptance_by_round, rounds: int, rng: random.Random, draft_ms: float = 0.5, target_ms=None
+) -> list[int]:
     target_ms = target_ms or affine(10.0, 0.2)
     chosen = []
     for index in range(rounds):

@@ -55,7 +55,11 @@ def default_pair(default_target_dir):
 def _greedy_acceptance(target, draft_model) -> float:
     accepted = proposed = 0
     for prompt in CHAT_PROMPTS:
-        request = {"prompt_ids": encode_chat(target.tokenizer, [{"role": "user", "content": prompt}]), "max_tokens": 32, "sampling": SamplingParams(temperature=0)}
+        request = {
+            "prompt_ids": encode_chat(target.tokenizer, [{"role": "user", "content": prompt}]),
+            "max_tokens": 32,
+            "sampling": SamplingParams(temperature=0),
+        }
         reference = SpeculativeGenerator(target, None).generate(GenerationRequest(**request, speculative=False))
         result = SpeculativeGenerator(target, ModelDrafter(draft_model)).generate(GenerationRequest(**request, num_draft_tokens=1))
         assert result.token_ids == reference.token_ids

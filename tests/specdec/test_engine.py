@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specdec.serving.config import load_config
 from specdec.drafters import ModelDrafter, NgramDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
 from specdec.engine import build_generator, load_draft_side
+from specdec.serving.config import load_config
 
 
 def _config(tiny_pair_paths, **model):

@@ -47,6 +47,7 @@ def test_spec_off_is_the_coupled_reference_even_for_rejection_requests(tiny_targ
 
 # --- Rejection at temperature 1: the first two tokens follow the target's exact joint law --------
 
+
 def test_rejection_joint_of_first_two_tokens_matches_target(tiny_target, tiny_draft, prompt_ids):
     assert joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids) > 1e-3
 
@@ -65,6 +66,7 @@ def test_negative_control_always_accepting_drafts_fails_the_joint_test(tiny_targ
 
 # --- Acceptance bookkeeping ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("acceptance,sampling", [("greedy", GREEDY), ("coupled", SamplingParams(temperature=0.8))])
 def test_draft_equal_to_target_is_always_accepted(tiny_target, prompt_ids, acceptance, sampling):
     result = _run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=sampling, acceptance=acceptance, seed=3)
@@ -73,7 +75,9 @@ def test_draft_equal_to_target_is_always_accepted(tiny_target, prompt_ids, accep
 
 
 def test_draft_equal_to_target_with_full_q_is_accepted_under_rejection(tiny_target, prompt_ids):
-    result = _run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=SamplingParams(), seed=3, draft_top_k=tiny_target.vocab_size)
+    result = _run(
+        tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=SamplingParams(), seed=3, draft_top_k=tiny_target.vocab_size
+    )
     assert result.stats.acceptance_rate > 0.99
 
 
@@ -88,6 +92,7 @@ def test_stats_count_rounds_and_tokens(tiny_target, drafters, prompt_ids):
 
 
 # --- Exact stopping ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 5, 6])
 def test_max_tokens_is_exact(tiny_target, drafters, prompt_ids, max_tokens):
@@ -130,6 +135,7 @@ def test_stop_string_across_a_token_boundary(tiny_target, drafters, prompt_ids):
 
 
 # --- Failure handling --------------------------------------------------------------------------
+
 
 class _FailingDrafter:
     """Stands in for a draft service that dies mid-request."""
@@ -187,7 +193,9 @@ def test_a_failing_drafter_falls_back_to_target_only_and_completes(tiny_target, 
     sampling = SamplingParams(temperature=0.9)
     reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=8, speculative=False)
     # Three proposals succeed: round 0's (for no tokens: it never drafts) and two drafting rounds.
-    result = _run(tiny_target, _FailingDrafter(drafters["model"], fail_after=3), prompt_ids, sampling=sampling, seed=8, acceptance="coupled")
+    result = _run(
+        tiny_target, _FailingDrafter(drafters["model"], fail_after=3), prompt_ids, sampling=sampling, seed=8, acceptance="coupled"
+    )
     assert result.token_ids == reference.token_ids
     assert result.stats.fallback is True and result.stats.rounds == 2
 

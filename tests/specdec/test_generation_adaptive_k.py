@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from specdec.cli.tiny_pair import make_tiny_pair
 from specdec.drafters import ModelDrafter
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.generation import SpeculativeGenerator
@@ -16,7 +17,6 @@ from specdec.output import RoundInfo
 from specdec.request import GenerationRequest, GenerationStats
 from specdec.sampling import SamplingParams
 from specdec.target_session import TargetSession
-from specdec.cli.tiny_pair import make_tiny_pair
 
 GREEDY = SamplingParams(temperature=0)
 MAX_K = 8
@@ -41,8 +41,15 @@ def modelled_costs(monkeypatch, draft_ms_per_token: float, target_fixed_ms: floa
 
     def learn_with_modelled_costs(session: TargetSession, info: RoundInfo) -> None:
         k = info.num_candidates
-        learn(session, replace(info, draft_ms=draft_ms_per_token * k, target_ms=target_fixed_ms + target_ms_per_token * (k + 1),
-                               transport_ms=0.2 if k else 0.0))
+        learn(
+            session,
+            replace(
+                info,
+                draft_ms=draft_ms_per_token * k,
+                target_ms=target_fixed_ms + target_ms_per_token * (k + 1),
+                transport_ms=0.2 if k else 0.0,
+            ),
+        )
 
     monkeypatch.setattr(TargetSession, "learn_from_round", learn_with_modelled_costs)
 
@@ -83,7 +90,7 @@ class _SequenceSession:
 
     def propose(self, num_tokens: int) -> DraftBlock:
         start = len(self.committed.token_ids) - self.prompt_length
-        block = DraftBlock(torch.tensor(self.continuation[start:start + num_tokens], dtype=torch.long))
+        block = DraftBlock(torch.tensor(self.continuation[start : start + num_tokens], dtype=torch.long))
         self.committed.record_block(block)
         return block
 
@@ -95,8 +102,10 @@ class _SequenceSession:
 
 
 def _request(prompt_ids, **fields) -> GenerationRequest:
-    return GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 200, "ignore_eos": True, "sampling": GREEDY,
-                                                       "num_draft_tokens": MAX_K, "adaptive_k": True, **fields})
+    return GenerationRequest(
+        prompt_ids=prompt_ids,
+        **{"max_tokens": 200, "ignore_eos": True, "sampling": GREEDY, "num_draft_tokens": MAX_K, "adaptive_k": True, **fields},
+    )
 
 
 def _chosen_ks(target, drafter, request) -> tuple[list[int], list[int], GenerationStats]:
@@ -120,18 +129,20 @@ def greedy_reference(tiny_target, prompt_ids):
 
 # --- Convergence ---------------------------------------------------------------------------------
 
+
 def test_the_target_as_its_own_cheap_draft_converges_to_the_largest_k(tiny_target, prompt_ids, greedy_reference, gpu_like_costs):
     ks, token_ids, stats = _chosen_ks(tiny_target, ModelDrafter(tiny_target.model), _request(prompt_ids))
     assert token_ids == greedy_reference and stats.acceptance_rate == 1.0
     assert _median(ks[WARMUP:]) == MAX_K
 
 
-def test_an_unrelated_draft_converges_to_drafting_nothing_and_keeps_probing(tiny_target, unrelated_draft, prompt_ids, greedy_reference,
-                                                                           gpu_like_costs):
+def test_an_unrelated_draft_converges_to_drafting_nothing_and_keeps_probing(
+    tiny_target, unrelated_draft, prompt_ids, greedy_reference, gpu_like_costs
+):
     # Negative control for the test above: the same costs, a draft whose guesses are wrong.
     ks, token_ids, stats = _chosen_ks(tiny_target, ModelDrafter(unrelated_draft.model), _request(prompt_ids))
     assert token_ids == greedy_reference and stats.acceptance_rate < 0.15
-    assert _median(ks[WARMUP:]) == 0 and max(ks[len(ks) // 2:]) <= 1
+    assert _median(ks[WARMUP:]) == 0 and max(ks[len(ks) // 2 :]) <= 1
     assert ks[WARMUP:].count(1) >= 5  # the probes: a better draft could bring speculation back
 
 
@@ -164,6 +175,7 @@ def test_the_budget_still_stops_at_max_tokens(tiny_target, prompt_ids, greedy_re
 
 # --- Lossless ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("which", ["tiny_draft", "self", "unrelated"])
 def test_greedy_with_adaptive_k_equals_target_only(tiny_target, tiny_draft, unrelated_draft, prompt_ids, greedy_reference, which):
     model = {"tiny_draft": tiny_draft.model, "self": tiny_target.model, "unrelated": unrelated_draft.model}[which]
@@ -176,20 +188,27 @@ def test_greedy_with_adaptive_k_equals_target_only(tiny_target, tiny_draft, unre
 @pytest.mark.parametrize("seed", [0, 7])
 def test_coupled_with_adaptive_k_equals_target_only_with_the_same_seed(tiny_target, tiny_draft, unrelated_draft, prompt_ids, seed):
     sampling = SamplingParams(temperature=0.8)
-    reference = SpeculativeGenerator(tiny_target).generate(_request(prompt_ids, max_tokens=80, sampling=sampling, seed=seed, speculative=False))
+    reference = SpeculativeGenerator(tiny_target).generate(
+        _request(prompt_ids, max_tokens=80, sampling=sampling, seed=seed, speculative=False)
+    )
     for model in (tiny_draft.model, unrelated_draft.model):
         request = _request(prompt_ids, max_tokens=80, sampling=sampling, seed=seed, acceptance="coupled")
         ks, token_ids, _ = _chosen_ks(tiny_target, ModelDrafter(model), request)
         assert token_ids == reference.token_ids
         assert len(set(ks)) > 1  # K really changed during the generation
-    other_seed = SpeculativeGenerator(tiny_target).generate(_request(prompt_ids, max_tokens=80, sampling=sampling, seed=seed + 1, speculative=False))
+    other_seed = SpeculativeGenerator(tiny_target).generate(
+        _request(prompt_ids, max_tokens=80, sampling=sampling, seed=seed + 1, speculative=False)
+    )
     assert other_seed.token_ids != reference.token_ids  # negative control: the comparison can fail
 
 
 def test_fixed_k_is_unchanged_when_adaptive_k_is_off(tiny_target, tiny_draft, prompt_ids):
     emitted = 0
-    for index, chunk in enumerate(SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model)).stream(
-            _request(prompt_ids, max_tokens=40, adaptive_k=False, num_draft_tokens=3))):
+    for index, chunk in enumerate(
+        SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model)).stream(
+            _request(prompt_ids, max_tokens=40, adaptive_k=False, num_draft_tokens=3)
+        )
+    ):
         assert chunk.round.chosen_k == (min(3, 40 - emitted - 1) if index else 0)  # round 0 never drafts
         emitted += len(chunk.token_ids)
 

@@ -22,10 +22,13 @@ from specdec.sampling import SamplingParams
 from specdec.target_session import TargetSession
 
 PROMPT = 'Reply in JSON. {"name": "fox", "count": 3} {"name": "dog", "count": 12} {"name": '
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "count": {"type": "integer"}},
-          "required": ["name", "count"], "additionalProperties": False}
-GRAMMARS = {"json_schema": json_schema_grammar(SCHEMA, "schema"),
-            "regex": regex_grammar("(cat|dog|bird|fish|fox)( [a-z]+){0,6}", "regex")}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "count": {"type": "integer"}},
+    "required": ["name", "count"],
+    "additionalProperties": False,
+}
+GRAMMARS = {"json_schema": json_schema_grammar(SCHEMA, "schema"), "regex": regex_grammar("(cat|dog|bird|fish|fox)( [a-z]+){0,6}", "regex")}
 GREEDY = SamplingParams(temperature=0)
 
 

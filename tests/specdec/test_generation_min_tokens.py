@@ -50,8 +50,16 @@ def test_coupled_under_min_tokens_is_token_identical_to_target_only(tiny_target,
 def test_tree_verification_bans_eos_by_each_node_s_depth(tiny_target, tiny_draft, prompt_ids, forced_eos, acceptance, sampling):
     common = {"sampling": sampling, "seed": 5, "min_tokens": MIN_TOKENS, **forced_eos}
     reference = run(tiny_target, None, prompt_ids, speculative=False, **common)
-    result = run(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, acceptance=acceptance, tree_branching=2, tree_nodes=10,
-                 num_draft_tokens=4, **common)
+    result = run(
+        tiny_target,
+        ModelDrafter(tiny_draft.model),
+        prompt_ids,
+        acceptance=acceptance,
+        tree_branching=2,
+        tree_nodes=10,
+        num_draft_tokens=4,
+        **common,
+    )
     assert result.token_ids == reference.token_ids and len(result.token_ids) == MIN_TOKENS and result.stats.draft_tokens > 0
 
 
@@ -59,15 +67,22 @@ def test_rejection_under_min_tokens_follows_the_masked_target_s_joint_law(tiny_t
     penalties = Penalties(logit_bias={eos: 8.0 for eos in tiny_target.eos_token_ids})  # EOS likely at both positions, but for the ban
     bias = LogitsTransform(penalties, prompt_ids, tiny_target.vocab_size)
     ban = MinTokensMask.for_request(2, len(prompt_ids), tiny_target.eos_token_ids)
-    p_value = joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, penalties=penalties, min_tokens=2,
-                            transform=lambda logits, sequence: ban(bias(logits, sequence), len(sequence)))
+    p_value = joint_p_value(
+        tiny_target,
+        ModelDrafter(tiny_draft.model),
+        prompt_ids,
+        penalties=penalties,
+        min_tokens=2,
+        transform=lambda logits, sequence: ban(bias(logits, sequence), len(sequence)),
+    )
     assert p_value > 1e-3
 
 
 def test_a_draft_equal_to_the_target_is_always_accepted_under_min_tokens(tiny_target, prompt_ids, forced_eos):
     # The drafter bans EOS in its q where the target does; otherwise it would propose the forced EOS every time.
-    result = run(tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=GREEDY, min_tokens=MIN_TOKENS, num_draft_tokens=4,
-                 **forced_eos)
+    result = run(
+        tiny_target, ModelDrafter(tiny_target.model), prompt_ids, sampling=GREEDY, min_tokens=MIN_TOKENS, num_draft_tokens=4, **forced_eos
+    )
     assert len(result.token_ids) == MIN_TOKENS and result.stats.draft_tokens >= MIN_TOKENS - 4
     assert result.stats.acceptance_rate == 1.0
 
@@ -88,8 +103,9 @@ def test_stop_strings_are_not_looked_for_in_the_first_min_tokens_tokens(tiny_tar
     first = plain.text.index(stop)
     early = run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False, max_tokens=30, stop=[stop])
     assert early.text == plain.text[:first] and early.finish_reason == "stop"
-    held = run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False, max_tokens=30, stop=[stop],
-               min_tokens=len(early.token_ids))
+    held = run(
+        tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False, max_tokens=30, stop=[stop], min_tokens=len(early.token_ids)
+    )
     # The first occurrence is in the text of the first min_tokens tokens: the next one ends the output.
     assert held.text == plain.text[: plain.text.index(stop, first + len(stop))] and held.finish_reason == "stop"
 

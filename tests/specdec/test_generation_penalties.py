@@ -43,8 +43,15 @@ def test_logit_bias_minus_100_bans_a_token_and_plus_100_forces_it(tiny_target, d
     banned = plain.token_ids[0]
     result = run(tiny_target, drafters["model"], prompt_ids, sampling=GREEDY, penalties=Penalties(logit_bias={banned: -100.0}))
     assert banned not in result.token_ids
-    forced = run(tiny_target, drafters["model"], prompt_ids, sampling=SamplingParams(temperature=1.0), seed=3,
-                  penalties=Penalties(logit_bias={11: 100.0}), max_tokens=8)
+    forced = run(
+        tiny_target,
+        drafters["model"],
+        prompt_ids,
+        sampling=SamplingParams(temperature=1.0),
+        seed=3,
+        penalties=Penalties(logit_bias={11: 100.0}),
+        max_tokens=8,
+    )
     assert forced.token_ids == [11] * 8
 
 
@@ -62,8 +69,18 @@ def test_coupled_under_penalties_is_token_identical_to_target_only(tiny_target, 
 def test_tree_verification_under_penalties_applies_each_node_s_root_path(tiny_target, tiny_draft, prompt_ids, acceptance, sampling):
     penalties = SETTINGS["all"]
     reference = run(tiny_target, None, prompt_ids, sampling=sampling, seed=5, speculative=False, penalties=penalties)
-    result = run(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, sampling=sampling, seed=5, penalties=penalties,
-                  acceptance=acceptance, tree_branching=2, tree_nodes=10, num_draft_tokens=4)
+    result = run(
+        tiny_target,
+        ModelDrafter(tiny_draft.model),
+        prompt_ids,
+        sampling=sampling,
+        seed=5,
+        penalties=penalties,
+        acceptance=acceptance,
+        tree_branching=2,
+        tree_nodes=10,
+        num_draft_tokens=4,
+    )
     assert result.token_ids == reference.token_ids and result.stats.draft_tokens > 0
 
 
@@ -86,8 +103,15 @@ def _joint_p_value(target, drafter, prompt_ids, penalties, trials: int = TRIALS)
     counts = dict.fromkeys(expected, 0)
     generator = SpeculativeGenerator(target, drafter)
     for seed in range(trials):
-        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3,
-                                    ignore_eos=True, penalties=penalties)
+        request = GenerationRequest(
+            prompt_ids=prompt_ids,
+            max_tokens=3,
+            sampling=JOINT_SAMPLING,
+            seed=seed,
+            num_draft_tokens=3,
+            ignore_eos=True,
+            penalties=penalties,
+        )
         pair = tuple(generator.generate(request).token_ids[:2])
         if pair not in counts:
             return 0.0  # a pair the penalised target can never produce
@@ -108,8 +132,9 @@ def test_rejection_under_penalties_matches_the_penalised_joint(tiny_target, tiny
     assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, joint_penalties) > 1e-3
 
 
-def test_negative_control_a_verifier_that_ignores_the_penalties_fails_the_joint_test(tiny_target, tiny_draft, prompt_ids,
-                                                                                     joint_penalties, monkeypatch):
+def test_negative_control_a_verifier_that_ignores_the_penalties_fails_the_joint_test(
+    tiny_target, tiny_draft, prompt_ids, joint_penalties, monkeypatch
+):
     monkeypatch.setattr(TargetSession, "_transformed", lambda self, logits, block: logits)
     # The bias moves a lot of mass, so fewer trials than the positive test already catch the difference.
     assert _joint_p_value(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, joint_penalties, trials=300) < 1e-3

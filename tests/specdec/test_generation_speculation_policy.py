@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from specdec.cli.tiny_pair import make_tiny_pair
 from specdec.drafters import ModelDrafter
 from specdec.enums import SpeculationPolicy
 from specdec.generation import SpeculativeGenerator
 from specdec.models import load_model
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
-from specdec.cli.tiny_pair import make_tiny_pair
-
 
 
 @pytest.mark.parametrize("sampling", [SamplingParams(temperature=0), SamplingParams(temperature=0.9)])
-def test_always_drafts_where_the_load_policy_says_no_and_the_output_is_the_same(tiny_target, tiny_draft, prompt_ids, sampling,
-                                                                               load_policy_decided_off):
+def test_always_drafts_where_the_load_policy_says_no_and_the_output_is_the_same(
+    tiny_target, tiny_draft, prompt_ids, sampling, load_policy_decided_off
+):
     generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model), load_policy=load_policy_decided_off())
     request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=30, sampling=sampling, seed=5, acceptance="coupled", ignore_eos=True)
     auto = generator.generate(request)
@@ -31,8 +31,15 @@ def test_always_keeps_adaptive_k_at_one_or_more(tiny_target, prompt_ids, tmp_pat
     # A draft that is (nearly) never right: adaptive K with min_draft_tokens 0 stops drafting.
     unrelated = load_model(make_tiny_pair(tmp_path_factory.mktemp("unrelated"), seed=1).draft, device="cpu", dtype="float32")
     generator = SpeculativeGenerator(tiny_target, ModelDrafter(unrelated.model))
-    request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=40, sampling=SamplingParams(temperature=0), adaptive_k=True,
-                                num_draft_tokens=4, min_draft_tokens=0, ignore_eos=True)
+    request = GenerationRequest(
+        prompt_ids=prompt_ids,
+        max_tokens=40,
+        sampling=SamplingParams(temperature=0),
+        adaptive_k=True,
+        num_draft_tokens=4,
+        min_draft_tokens=0,
+        ignore_eos=True,
+    )
 
     def candidates(policy: SpeculationPolicy) -> list[int]:
         chunks = generator.stream(request.model_copy(update={"speculation_policy": policy}))

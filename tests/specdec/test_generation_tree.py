@@ -8,10 +8,9 @@ import torch
 from generation_support import run as _run
 from pydantic import ValidationError
 
-from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.drafters import ModelDrafter, layer_skip_drafter
 from specdec.drafters.base import DraftBlock, DraftRequest
 from specdec.enums import AcceptanceMode
-from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import CachedSequence
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
@@ -26,8 +25,15 @@ TREE = {"tree_branching": 2, "tree_nodes": 10}
 @pytest.mark.parametrize(("num_draft_tokens", "branching", "nodes"), [(1, 3, 3), (3, 2, 6), (5, 3, 12)])
 def test_greedy_tree_equals_greedy_target_only(tiny_target, drafters, prompt_ids, method, num_draft_tokens, branching, nodes):
     reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
-    result = _run(tiny_target, drafters[method], prompt_ids, sampling=GREEDY, num_draft_tokens=num_draft_tokens,
-                  tree_branching=branching, tree_nodes=nodes)
+    result = _run(
+        tiny_target,
+        drafters[method],
+        prompt_ids,
+        sampling=GREEDY,
+        num_draft_tokens=num_draft_tokens,
+        tree_branching=branching,
+        tree_nodes=nodes,
+    )
     assert result.token_ids == reference.token_ids
     assert result.stats.draft_tokens > 0
 
@@ -43,8 +49,9 @@ def test_coupled_tree_is_token_identical_to_target_only(tiny_target, drafters, p
 
 
 def test_the_model_drafter_proposes_a_tree_within_its_shape(tiny_draft, prompt_ids):
-    request = DraftRequest(prompt_ids, SamplingParams(temperature=1.0), AcceptanceMode.COUPLED, seed=3,
-                           vocab_size=tiny_draft.vocab_size, tree=TreeShape(3, 9))
+    request = DraftRequest(
+        prompt_ids, SamplingParams(temperature=1.0), AcceptanceMode.COUPLED, seed=3, vocab_size=tiny_draft.vocab_size, tree=TreeShape(3, 9)
+    )
     session = ModelDrafter(tiny_draft.model).open(request)
     block = session.propose(4)
     check_parents(block.tree_parents)
@@ -64,7 +71,8 @@ def test_both_caches_hold_exactly_the_accepted_path(tiny_target, tiny_draft, pro
     target = TargetSession(tiny_target, request)
     draft_model = layer_skip_drafter(tiny_target.model, 3).model
     draft = ModelDrafter(draft_model).open(
-        DraftRequest(list(prompt_ids), GREEDY, AcceptanceMode.GREEDY, seed=0, vocab_size=tiny_target.vocab_size, tree=request.tree))
+        DraftRequest(list(prompt_ids), GREEDY, AcceptanceMode.GREEDY, seed=0, vocab_size=tiny_target.vocab_size, tree=request.tree)
+    )
     for _ in range(3):
         block = draft.propose(4)
         verdict, _chunk = target.step(block)

@@ -11,11 +11,11 @@ import torch
 from gguf_support import load_draft_gguf
 
 from specdec.batching import BatchingOptions
-from specdec.serving.config import SpecdecConfig
 from specdec.drafters.gguf import GgufDrafter
-from specdec.engines.llama_cpp import GgufSequence
 from specdec.engine import load_draft_side
+from specdec.engines.llama_cpp import GgufSequence
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
+from specdec.serving.config import SpecdecConfig
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 
@@ -66,7 +66,7 @@ def test_rollback_removes_only_the_rejected_tail(tiny_gguf_target, tiny_target, 
         rolled_back = sequence.advance([*prompt_ids, 7, 11])  # one accepted, then another token
     finally:
         sequence.release()
-    (_, start, fed), = counting.rows[-1]
+    ((_, start, fed),) = counting.rows[-1]
     assert (start, fed) == (len(prompt_ids) + 1, [11])  # never the prefix again
     assert torch.allclose(rolled_back[-1], _hf_logits(tiny_target, [*prompt_ids, 7, 11])[-1], atol=1e-2)
 
@@ -126,8 +126,15 @@ def test_a_truncated_gguf_names_llama_cpp_s_reason(tiny_ggufs, tmp_path):
 
 
 def _gguf_config(draft_path, target_path) -> SpecdecConfig:
-    return SpecdecConfig(model={"draft_method": "gguf", "draft_path": str(draft_path), "target_path": str(target_path), "gguf_threads": 1,
-                                "gguf_context_tokens": 1024})
+    return SpecdecConfig(
+        model={
+            "draft_method": "gguf",
+            "draft_path": str(draft_path),
+            "target_path": str(target_path),
+            "gguf_threads": 1,
+            "gguf_context_tokens": 1024,
+        }
+    )
 
 
 def test_the_draft_service_loads_the_gguf_behind_prompt_lookup(tiny_ggufs, tiny_pair_paths):

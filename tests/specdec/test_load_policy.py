@@ -16,8 +16,9 @@ class _Service:
         self.rate, self.now, self.load = rate, 0.0, 1
         self.policy = LoadAwareSpeculation(lambda: self.load, window_s=1.0, explore_every=4, clock=lambda: self.now)
 
-    def run(self, seconds: float, step_s: float = 0.05, busy_share: dict[bool, float] | None = None,
-            report_wall_time: bool = False) -> list[bool]:
+    def run(
+        self, seconds: float, step_s: float = 0.05, busy_share: dict[bool, float] | None = None, report_wall_time: bool = False
+    ) -> list[bool]:
         """Rounds of `step_s`; `busy_share[mode]`: the share of wall time spent in speculative rounds in that mode."""
         modes = []
         for _ in range(round(seconds / step_s)):

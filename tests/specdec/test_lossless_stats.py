@@ -33,6 +33,7 @@ def test_one_cell_means_nothing_to_compare():
 
 # --- a two-state-memory "model": Markov chains over VOCAB tokens, generated like the services do -----
 
+
 def _chain(generator: torch.Generator, peak: float) -> torch.Tensor:
     """[VOCAB, VOCAB]: next-token probabilities given the previous token."""
     logits = peak * torch.randn(VOCAB, VOCAB, generator=generator, dtype=torch.float64)
@@ -62,7 +63,7 @@ def _speculative(rule, target: torch.Tensor, draft: torch.Tensor, start: int, ge
         target_probs = target[[tokens[-1], *candidates]]  # [budget + 1, VOCAB]
         verdict = rule(torch.tensor(candidates, dtype=torch.int64), draft_probs, target_probs, generator)
         tokens.extend(verdict.token_ids)
-    return tuple(tokens[1:TOKENS + 1])
+    return tuple(tokens[1 : TOKENS + 1])
 
 
 def _always_accept(candidate_ids, draft_probs, target_probs, generator) -> RoundVerdict:
@@ -103,6 +104,7 @@ def test_a_biased_verifier_is_caught(biased):
 
 
 # --- the detectable distance: what a PASS means ----------------------------------------------------
+
 
 def _power_at(distance: float, samples: int, cells: int, trials: int, rng: np.random.Generator) -> float:
     """Rejection rate of the joint test when the laws differ by `distance` in the hardest way:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from specdec import memory_plan
-from specdec.serving.config import SpecdecConfig
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits, footprint, plan
+from specdec.serving.config import SpecdecConfig
 
 
 def test_footprint_matches_the_loaded_model(tiny_pair_paths, tiny_target):
@@ -51,10 +51,16 @@ def test_unreadable_models_are_left_to_the_loader(monkeypatch):
 
 
 def test_a_gguf_draft_counts_its_file_and_the_shared_llama_cpp_cache(tiny_pair_paths, tiny_ggufs, gguf_kv_bytes_per_token):
-    config = SpecdecConfig(model={"target_path": str(tiny_pair_paths.target), "draft_method": "gguf", "draft_path": str(tiny_ggufs.draft),
-                                  "gguf_context_tokens": 2048})
+    config = SpecdecConfig(
+        model={
+            "target_path": str(tiny_pair_paths.target),
+            "draft_method": "gguf",
+            "draft_path": str(tiny_ggufs.draft),
+            "gguf_context_tokens": 2048,
+        }
+    )
     [device] = plan(config)
-    target, draft = device.models
+    _, draft = device.models
     assert draft.weight_bytes == tiny_ggufs.draft.stat().st_size
     assert draft.max_context == 2048  # one cache for every session, allocated at start
     assert draft.kv_bytes_per_token == gguf_kv_bytes_per_token  # f16, as llama.cpp allocates it

@@ -97,15 +97,18 @@ def test_defaults_are_the_identity_and_cost_nothing():
     assert not STRONG.is_identity and LogitsTransform.for_request(STRONG, PROMPT, VOCAB) is not None
 
 
-@pytest.mark.parametrize("fields,where", [
-    ({"presence_penalty": 2.5}, "presence_penalty"),
-    ({"frequency_penalty": -2.01}, "frequency_penalty"),
-    ({"repetition_penalty": 0.0}, "repetition_penalty"),
-    ({"repetition_penalty": float("inf")}, "repetition_penalty"),
-    ({"logit_bias": {3: 100.5}}, "logit_bias"),
-    ({"logit_bias": {3: float("nan")}}, "logit_bias"),
-    ({"logit_bias": {-1: 1.0}}, "logit_bias"),
-])
+@pytest.mark.parametrize(
+    "fields,where",
+    [
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": -2.01}, "frequency_penalty"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"repetition_penalty": float("inf")}, "repetition_penalty"),
+        ({"logit_bias": {3: 100.5}}, "logit_bias"),
+        ({"logit_bias": {3: float("nan")}}, "logit_bias"),
+        ({"logit_bias": {-1: 1.0}}, "logit_bias"),
+    ],
+)
 def test_out_of_range_values_are_refused_naming_the_field(fields, where):
     with pytest.raises(ValidationError) as caught:
         Penalties(**fields)

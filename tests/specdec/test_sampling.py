@@ -104,6 +104,10 @@ def test_concat_sparse_pads_narrower_rows_with_zero_probability_and_keeps_every_
 
 
 def test_sparse_rows_leave_out_padding_so_no_id_appears_twice():
-    joined = concat_sparse([SparseDistribution(torch.tensor([[7]]), torch.tensor([[1.0]], dtype=torch.float64)),
-                            SparseDistribution(torch.tensor([[1, 3]]), torch.tensor([[0.25, 0.75]], dtype=torch.float64))])
+    joined = concat_sparse(
+        [
+            SparseDistribution(torch.tensor([[7]]), torch.tensor([[1.0]], dtype=torch.float64)),
+            SparseDistribution(torch.tensor([[1, 3]]), torch.tensor([[0.25, 0.75]], dtype=torch.float64)),
+        ]
+    )
     assert sparse_rows(joined) == [([7], [1.0]), ([1, 3], [0.25, 0.75])]

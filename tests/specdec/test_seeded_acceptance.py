@@ -19,10 +19,17 @@ COUPLED, REJECTION, GREEDY = AcceptanceMode.COUPLED, AcceptanceMode.REJECTION, A
 PROTO = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED}
 
 
-@pytest.mark.parametrize(("named", "seeded", "expected"), [
-    (None, True, COUPLED), (None, False, REJECTION),
-    (REJECTION, True, REJECTION), (COUPLED, False, COUPLED), (COUPLED, True, COUPLED), (REJECTION, False, REJECTION),
-])
+@pytest.mark.parametrize(
+    ("named", "seeded", "expected"),
+    [
+        (None, True, COUPLED),
+        (None, False, REJECTION),
+        (REJECTION, True, REJECTION),
+        (COUPLED, False, COUPLED),
+        (COUPLED, True, COUPLED),
+        (REJECTION, False, REJECTION),
+    ],
+)
 def test_the_rule(named, seeded, expected):
     assert requested_acceptance(named, seeded) is expected
     assert (SEEDED_DEFAULT, UNSEEDED_DEFAULT) == (COUPLED, REJECTION)
@@ -35,8 +42,9 @@ def test_the_default_config_names_no_mode_and_a_tree_config_defaults_to_coupled(
 
 
 def _options(temperature: float = 1.0, seed: int | None = 3, acceptance: str | None = None) -> verify_pb2.GenerationOptions:
-    options = verify_pb2.GenerationOptions(text="Once upon a time", sampling=common_pb2.SamplingParams(temperature=temperature),
-                                           max_tokens=40, ignore_eos=True)
+    options = verify_pb2.GenerationOptions(
+        text="Once upon a time", sampling=common_pb2.SamplingParams(temperature=temperature), max_tokens=40, ignore_eos=True
+    )
     if seed is not None:
         options.seed = seed
     if acceptance is not None:
@@ -44,16 +52,19 @@ def _options(temperature: float = 1.0, seed: int | None = 3, acceptance: str | N
     return options
 
 
-@pytest.mark.parametrize(("options", "config", "expected"), [
-    ({}, {}, COUPLED),
-    ({"seed": None}, {}, REJECTION),
-    ({"acceptance": "rejection"}, {}, REJECTION),  # the request names a mode
-    ({"seed": None, "acceptance": "coupled"}, {}, COUPLED),
-    ({}, {"acceptance": "rejection"}, REJECTION),  # the config names one
-    ({"seed": None}, {"acceptance": "coupled"}, COUPLED),
-    ({"acceptance": "coupled"}, {"acceptance": "rejection"}, COUPLED),  # the request's wins
-    ({"temperature": 0.0}, {}, GREEDY),  # temperature 0 runs greedy whatever was asked
-])
+@pytest.mark.parametrize(
+    ("options", "config", "expected"),
+    [
+        ({}, {}, COUPLED),
+        ({"seed": None}, {}, REJECTION),
+        ({"acceptance": "rejection"}, {}, REJECTION),  # the request names a mode
+        ({"seed": None, "acceptance": "coupled"}, {}, COUPLED),
+        ({}, {"acceptance": "rejection"}, REJECTION),  # the config names one
+        ({"seed": None}, {"acceptance": "coupled"}, COUPLED),
+        ({"acceptance": "coupled"}, {"acceptance": "rejection"}, COUPLED),  # the request's wins
+        ({"temperature": 0.0}, {}, GREEDY),  # temperature 0 runs greedy whatever was asked
+    ],
+)
 def test_verify_requests_follow_the_rule(tiny_target, options, config, expected):
     request = generation_request(_options(**options), tiny_target, SpecdecConfig(speculative=config))
     assert request.acceptance is expected and request.effective_acceptance is expected

@@ -22,8 +22,10 @@ def default_pair(default_target_dir):
     return load_model(str(default_target_dir), device="cpu", dtype="float32"), load_model(str(DRAFT_DIR), device="cpu", dtype="float32")
 
 
-@pytest.mark.parametrize("settings", [{"sampling": SamplingParams(temperature=0)},
-                                      {"sampling": SamplingParams(temperature=0.8), "acceptance": "coupled", "seed": 3}])
+@pytest.mark.parametrize(
+    "settings",
+    [{"sampling": SamplingParams(temperature=0)}, {"sampling": SamplingParams(temperature=0.8), "acceptance": "coupled", "seed": 3}],
+)
 def test_tree_outputs_equal_target_only_on_the_default_pair(default_pair, settings):
     target, draft = default_pair
     drafter = ModelDrafter(draft.model)
@@ -32,7 +34,9 @@ def test_tree_outputs_equal_target_only_on_the_default_pair(default_pair, settin
         prompt_ids = encode_chat(target.tokenizer, [{"role": "user", "content": prompt}])
         fields = {"prompt_ids": prompt_ids, "max_tokens": 16, "ignore_eos": True, **settings}
         reference = SpeculativeGenerator(target, None).generate(GenerationRequest(speculative=False, **fields))
-        tree = SpeculativeGenerator(target, drafter).generate(GenerationRequest(num_draft_tokens=3, tree_branching=2, tree_nodes=8, **fields))
+        tree = SpeculativeGenerator(target, drafter).generate(
+            GenerationRequest(num_draft_tokens=3, tree_branching=2, tree_nodes=8, **fields)
+        )
         assert tree.token_ids == reference.token_ids
         accepted += tree.stats.accepted_tokens
     assert accepted > 0  # the trees were really verified, and some of them accepted

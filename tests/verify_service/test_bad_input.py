@@ -58,6 +58,7 @@ def _block(candidates, rows=()) -> verify_pb2.VerifyRequest:
 
 # --- Generate -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bad_id", [512, 10**6, -1])
 def test_generate_refuses_token_ids_outside_the_vocab(stub, prompt_ids, tiny_target, bad_id):
     assert tiny_target.vocab_size == 512
@@ -97,12 +98,16 @@ def test_generate_refuses_prompt_plus_max_tokens_over_the_context(stub, tiny_tar
 LONGEST_TINY_TOKEN = 13  # characters of the tiny tokenizer's longest vocabulary entry
 
 
-@pytest.mark.parametrize(("prompt", "field", "size"), [
-    ("a" * (512 * LONGEST_TINY_TOKEN + 1), "options.text", "6657 characters"),
-    ([{"role": "user", "content": "a" * 4000}, {"role": "user", "content": "b" * 3000}], "options.chat.messages", "7000 characters"),
-    ([{"role": "user", "content": "hi"}] * 513, "options.chat.messages", "513 messages"),
-    ([5] * 513, "options.token_ids", "513 tokens"),
-], ids=["text", "chat", "messages", "token-ids"])
+@pytest.mark.parametrize(
+    ("prompt", "field", "size"),
+    [
+        ("a" * (512 * LONGEST_TINY_TOKEN + 1), "options.text", "6657 characters"),
+        ([{"role": "user", "content": "a" * 4000}, {"role": "user", "content": "b" * 3000}], "options.chat.messages", "7000 characters"),
+        ([{"role": "user", "content": "hi"}] * 513, "options.chat.messages", "513 messages"),
+        ([5] * 513, "options.token_ids", "513 tokens"),
+    ],
+    ids=["text", "chat", "messages", "token-ids"],
+)
 def test_generate_refuses_a_prompt_the_context_cannot_hold_from_its_length(stub, prompt, field, size):
     error = _generate_error(stub, generation_options(prompt, max_tokens=4))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -139,9 +144,10 @@ def test_generate_refuses_greedy_acceptance_at_positive_temperature(stub, prompt
     assert "acceptance" in error.details()
 
 
-@pytest.mark.parametrize("request_fields,name", [({"top_logprobs": 21}, "top_logprobs"),
-                                                 ({"num_draft_tokens": 0}, "num_draft_tokens"),
-                                                 ({"num_draft_tokens": 65}, "num_draft_tokens")])
+@pytest.mark.parametrize(
+    "request_fields,name",
+    [({"top_logprobs": 21}, "top_logprobs"), ({"num_draft_tokens": 0}, "num_draft_tokens"), ({"num_draft_tokens": 65}, "num_draft_tokens")],
+)
 def test_generate_refuses_out_of_range_request_fields(stub, prompt_ids, request_fields, name):
     error = _generate_error(stub, generation_options(prompt_ids, max_tokens=4), **request_fields)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -149,6 +155,7 @@ def test_generate_refuses_out_of_range_request_fields(stub, prompt_ids, request_
 
 
 # --- Verify -------------------------------------------------------------------------------------
+
 
 def test_verify_refuses_a_block_before_open(stub):
     error = _verify_error(stub, [_block([5], [([5], [1.0])])])
@@ -162,25 +169,36 @@ def test_verify_refuses_a_second_open(stub, prompt_ids):
     assert "already open" in error.details()
 
 
-@pytest.mark.parametrize("ids,probs,field", [
-    ([5, 6], [1.5, -0.5], "block.draft_probs[0].probs"),
-    ([5, 6], [float("nan"), 1.0], "block.draft_probs[0].probs"),
-    ([5, 6], [0.5, 0.4], "block.draft_probs[0].probs"),
-    ([5, 6], [0.0, 1.0], "block.draft_probs[0]"),
-    ([6, 7], [0.5, 0.5], "block.draft_probs[0]"),
-    ([5, 5], [0.5, 0.5], "block.draft_probs[0].token_ids"),
-], ids=["negative", "nan", "sum-0.9", "zero-q-candidate", "candidate-absent", "duplicate-ids"])
+@pytest.mark.parametrize(
+    "ids,probs,field",
+    [
+        ([5, 6], [1.5, -0.5], "block.draft_probs[0].probs"),
+        ([5, 6], [float("nan"), 1.0], "block.draft_probs[0].probs"),
+        ([5, 6], [0.5, 0.4], "block.draft_probs[0].probs"),
+        ([5, 6], [0.0, 1.0], "block.draft_probs[0]"),
+        ([6, 7], [0.5, 0.5], "block.draft_probs[0]"),
+        ([5, 5], [0.5, 0.5], "block.draft_probs[0].token_ids"),
+    ],
+    ids=["negative", "nan", "sum-0.9", "zero-q-candidate", "candidate-absent", "duplicate-ids"],
+)
 def test_verify_refuses_malformed_q_in_rejection_mode(verify_client, prompt_ids, ids, probs, field):
-    with verify_client.verify_session(prompt_ids, timeout=TIMEOUT, max_tokens=8, temperature=1.0, acceptance="rejection", seed=1) as session:
-        with pytest.raises(grpc.RpcError) as caught:
-            session.verify([5], [(ids, probs)])
+    with (
+        verify_client.verify_session(prompt_ids, timeout=TIMEOUT, max_tokens=8, temperature=1.0, acceptance="rejection", seed=1) as session,
+        pytest.raises(grpc.RpcError) as caught,
+    ):
+        session.verify([5], [(ids, probs)])
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert caught.value.details().startswith(field + ":")
 
 
-@pytest.mark.parametrize("settings,name", [({"temperature": -1.0}, "options.sampling.temperature"),
-                                           ({"top_p": 0.0}, "options.sampling.top_p"),
-                                           ({"temperature": 0.5, "acceptance": "greedy"}, "acceptance")])
+@pytest.mark.parametrize(
+    "settings,name",
+    [
+        ({"temperature": -1.0}, "options.sampling.temperature"),
+        ({"top_p": 0.0}, "options.sampling.top_p"),
+        ({"temperature": 0.5, "acceptance": "greedy"}, "acceptance"),
+    ],
+)
 def test_verify_refuses_an_invalid_open(stub, prompt_ids, settings, name):
     error = _verify_error(stub, [_open(prompt_ids, max_tokens=8, **settings)])
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -211,8 +229,9 @@ def test_verify_refuses_more_candidates_than_max_candidates(verify_client, promp
 
 @pytest.mark.parametrize("acceptance,temperature", [("rejection", 1.0), ("coupled", 1.0), ("greedy", 0.0)])
 def test_verify_accepts_an_empty_block_when_the_budget_is_zero(verify_client, prompt_ids, acceptance, temperature):
-    with verify_client.verify_session(prompt_ids, timeout=TIMEOUT, max_tokens=1, temperature=temperature,
-                                      acceptance=acceptance, seed=1) as session:
+    with verify_client.verify_session(
+        prompt_ids, timeout=TIMEOUT, max_tokens=1, temperature=temperature, acceptance=acceptance, seed=1
+    ) as session:
         assert session.opened.max_candidates == 0
         verdict = session.verify([])
     assert verdict.num_accepted == 0 and len(verdict.token_ids) == 1 and verdict.finish_reason == "length"
@@ -237,6 +256,7 @@ def test_verify_refuses_candidates_outside_the_vocab(verify_client, prompt_ids):
 
 # --- still serving ------------------------------------------------------------------------------
 
+
 def test_still_serves_after_the_errors_and_frees_every_session(verify_client, prompt_ids):
     completion = verify_client.generate(prompt_ids, timeout=TIMEOUT, max_tokens=6, temperature=0.0, ignore_eos=True)
     assert completion.finish_reason == "length" and len(completion.token_ids) == 6
@@ -247,6 +267,7 @@ def test_still_serves_after_the_errors_and_frees_every_session(verify_client, pr
 
 
 # --- session cap --------------------------------------------------------------------------------
+
 
 async def _construct(server_class, config, address):
     return server_class(config, address)  # grpc.aio servers must be created on the loop that runs them
@@ -281,6 +302,7 @@ def test_generate_is_refused_past_max_sessions_until_one_closes(capped_server, p
 
 
 # --- health and reflection ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("service", ["", VERIFY_SERVICE])
 def test_health_reports_serving(channel, service):

@@ -17,16 +17,26 @@ from specdec.batching.packed_forward import model_parts
 from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
 
-PROMPTS = ["Tell me about the sea.", "Write a poem.", "Why is the sky blue? Explain it to a child in detail.", "Hi",
-           "List three colours.", "What is 2 + 2?", "Describe a forest at night, with its sounds.", "Count to ten."]
+PROMPTS = [
+    "Tell me about the sea.",
+    "Write a poem.",
+    "Why is the sky blue? Explain it to a child in detail.",
+    "Hi",
+    "List three colours.",
+    "What is 2 + 2?",
+    "Describe a forest at night, with its sounds.",
+    "Count to ten.",
+]
 
 
 @pytest.fixture(scope="module")
 def pair64(tiny_pair_paths):
     from specdec.models import load_model
 
-    return (load_model(tiny_pair_paths.target, device="cpu", dtype="float64"),
-            load_model(tiny_pair_paths.draft, device="cpu", dtype="float64"))
+    return (
+        load_model(tiny_pair_paths.target, device="cpu", dtype="float64"),
+        load_model(tiny_pair_paths.draft, device="cpu", dtype="float64"),
+    )
 
 
 @pytest.fixture
@@ -48,8 +58,10 @@ def batched_stack(pair64, make_draft_server, make_verify_server):
 
 def _requests(acceptance: str) -> list[dict]:
     settings = {"temperature": 0} if acceptance == "greedy" else {"temperature": 0.9, "acceptance": "coupled"}
-    return [dict(prompt=prompt, max_tokens=12 + 5 * index, num_draft_tokens=1 + index % 4, seed=100 + index,
-                 ignore_eos=True, **settings) for index, prompt in enumerate(PROMPTS)]
+    return [
+        dict(prompt=prompt, max_tokens=12 + 5 * index, num_draft_tokens=1 + index % 4, seed=100 + index, ignore_eos=True, **settings)
+        for index, prompt in enumerate(PROMPTS)
+    ]
 
 
 def _run_together(client: VerifyClient, requests: list[dict]) -> list[list[int]]:

@@ -44,8 +44,18 @@ def processes(tiny_pair_paths):
     draft = _spawn("draft", "--draft", str(tiny_pair_paths.draft), "--port", str(draft_port))
     # NOTE: a generous round deadline: on the suite's loaded 2 cores one slow block made a whole request fall
     # back (by design: test_a_draft_slower_than_its_deadline_falls_back tests that); these tests are about processes.
-    verify = spawn_service("verify", "--target", str(tiny_pair_paths.target), "--port", str(verify_port), "--metrics-port", "0",
-                           "--draft-endpoint", f"127.0.0.1:{draft_port}", env={"SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000"})
+    verify = spawn_service(
+        "verify",
+        "--target",
+        str(tiny_pair_paths.target),
+        "--port",
+        str(verify_port),
+        "--metrics-port",
+        "0",
+        "--draft-endpoint",
+        f"127.0.0.1:{draft_port}",
+        env={"SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000"},
+    )
     client = VerifyClient(f"127.0.0.1:{verify_port}")
     try:
         _wait_serving(VerifyClient(f"127.0.0.1:{draft_port}"), draft)
@@ -135,8 +145,9 @@ class _SlowDraftSession:
         return self.session.feedback(num_accepted, appended_ids, *accepted_nodes)
 
 
-def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(make_draft_server, make_verify_server, tiny_target,
-                                                                              tiny_draft, greedy_reference):
+def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(
+    make_draft_server, make_verify_server, tiny_target, tiny_draft, greedy_reference
+):
     # Its first block comes only after two rounds have streamed, past the 0.3 s per-round deadline: those rounds
     # are plain. NOTE: released by the test, not after a fixed sleep: a fast host decoded all 300 tokens before a
     # 0.6 s sleep ended (CI), and then nothing was left to draft.
@@ -155,15 +166,21 @@ def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(ma
     assert candidates[1] == 0 and max(candidates) > 0  # plain while it caught up, drafted after
 
 
-def test_a_draft_catching_up_on_a_run_it_did_not_draft_is_not_waited_for(make_draft_server, make_verify_server, tiny_target,
-                                                                        tiny_draft, greedy_reference):
+def test_a_draft_catching_up_on_a_run_it_did_not_draft_is_not_waited_for(
+    make_draft_server, make_verify_server, tiny_target, tiny_draft, greedy_reference
+):
     # After 40 tokens drafted beside it (a prediction's, as drafters/prediction.py records them), the draft
     # takes 0.6 s, past the 0.3 s per-round deadline, to take them in. Before: a missed deadline, and the
     # draft dropped for the rest of the request.
     draft = make_draft_server(_SlowDraft(ModelDrafter(tiny_draft.model), backlog_s=0.6), tiny_draft)
     server = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}", draft_round_timeout_ms=300)
-    request = DraftRequest(prompt_ids=tiny_target.tokenizer(PROMPT)["input_ids"], sampling=SamplingParams(temperature=0),
-                           acceptance=AcceptanceMode.GREEDY, seed=0, vocab_size=tiny_target.vocab_size)
+    request = DraftRequest(
+        prompt_ids=tiny_target.tokenizer(PROMPT)["input_ids"],
+        sampling=SamplingParams(temperature=0),
+        acceptance=AcceptanceMode.GREEDY,
+        seed=0,
+        vocab_size=tiny_target.vocab_size,
+    )
     session = server.servicer.drafter.open(request)
     try:
         assert len(session.propose(4)) > 0  # the draft has prefilled and answered
@@ -192,8 +209,9 @@ def test_an_unreachable_draft_falls_back_quickly(make_verify_server, tiny_target
     assert completion.token_ids == greedy_reference[:40] and completion.summary.fallback
 
 
-def test_a_draft_with_another_vocabulary_is_refused_and_falls_back(make_draft_server, make_verify_server, tiny_target, tiny_draft,
-                                                                   foreign_tokenizer, greedy_reference):
+def test_a_draft_with_another_vocabulary_is_refused_and_falls_back(
+    make_draft_server, make_verify_server, tiny_target, tiny_draft, foreign_tokenizer, greedy_reference
+):
     foreign = LoadedModel(model=tiny_draft.model, tokenizer=foreign_tokenizer, source="foreign")
     draft = make_draft_server(ModelDrafter(foreign.model), foreign)
     server = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}")

@@ -48,8 +48,9 @@ def test_rejection_generate_passes_the_two_token_distribution_test(verify_client
     trials, counts, drafted = 600, dict.fromkeys(expected, 0), 0
     for seed in range(trials):
         # The first token comes from the target's prefill; the second is a verified draft candidate.
-        completion = verify_client.generate(prompt_ids, max_tokens=3, temperature=1.0, top_k=4, seed=seed, ignore_eos=True,
-                                            acceptance="rejection")  # named: a seeded request's default is coupled
+        completion = verify_client.generate(
+            prompt_ids, max_tokens=3, temperature=1.0, top_k=4, seed=seed, ignore_eos=True, acceptance="rejection"
+        )  # named: a seeded request's default is coupled
         pair = tuple(completion.token_ids[:2])
         assert pair in counts, "a pair the target can never produce"
         counts[pair] += 1

@@ -16,8 +16,9 @@ PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 
 @pytest.fixture(scope="module")
 def adaptive_server(service_loop, tiny_target, draft_server):
-    server = start_verify_server(service_loop, tiny_target, f"127.0.0.1:{draft_server.port}",
-                                 speculative={"adaptive_k": True, "draft_tokens": 6})
+    server = start_verify_server(
+        service_loop, tiny_target, f"127.0.0.1:{draft_server.port}", speculative={"adaptive_k": True, "draft_tokens": 6}
+    )
     yield server
     service_loop.run(server.stop(0))
 
@@ -34,8 +35,9 @@ def _chosen_k_count(server) -> float:
 
 def test_adaptive_generate_equals_target_only_and_records_each_chosen_k(adaptive_client, adaptive_server, tiny_target):
     prompt_ids = tiny_target.tokenizer(PROMPT)["input_ids"]
-    reference = SpeculativeGenerator(tiny_target).generate(GenerationRequest(
-        prompt_ids=prompt_ids, max_tokens=60, sampling=SamplingParams(temperature=0), speculative=False, ignore_eos=True))
+    reference = SpeculativeGenerator(tiny_target).generate(
+        GenerationRequest(prompt_ids=prompt_ids, max_tokens=60, sampling=SamplingParams(temperature=0), speculative=False, ignore_eos=True)
+    )
     before = _chosen_k_count(adaptive_server)
     completion = adaptive_client.generate(PROMPT, max_tokens=60, temperature=0, ignore_eos=True)
     assert completion.token_ids == reference.token_ids and not completion.summary.fallback

@@ -3,7 +3,6 @@ service, gives what the target alone gives."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -20,14 +19,25 @@ PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 @pytest.fixture(scope="module")
 def gguf_verify(tiny_ggufs, draft_server):
     port = free_port()
-    process = spawn_service("verify", "--target", str(tiny_ggufs.target), "--port", str(port), "--metrics-port", "0",
-                            "--draft-endpoint", f"127.0.0.1:{draft_server.port}",
-                            env={"SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000", "SPECDEC_VERIFY_SERVICE__CPU_THREADS": "1"})
+    process = spawn_service(
+        "verify",
+        "--target",
+        str(tiny_ggufs.target),
+        "--port",
+        str(port),
+        "--metrics-port",
+        "0",
+        "--draft-endpoint",
+        f"127.0.0.1:{draft_server.port}",
+        env={"SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000", "SPECDEC_VERIFY_SERVICE__CPU_THREADS": "1"},
+    )
     client = VerifyClient(f"127.0.0.1:{port}")
     try:
         deadline = time.monotonic() + 60
         while not client.is_serving(timeout=1.0):
-            assert process.poll() is None and time.monotonic() < deadline, process.stdout.read().decode() if process.poll() is not None else "not serving"
+            assert process.poll() is None and time.monotonic() < deadline, (
+                process.stdout.read().decode() if process.poll() is not None else "not serving"
+            )
             time.sleep(0.2)
         yield client
     finally:

@@ -9,8 +9,8 @@ import grpc
 import pytest
 
 from specdec.cli.client import VerifyClient
-from specdec.serving.config import SpecdecConfig
 from specdec.drafters import ModelDrafter
+from specdec.serving.config import SpecdecConfig
 
 PROMPTS = ["Tell me about the sea.", "Write a poem.", "Why is the sky blue?", "Count to ten."]
 TREE = {"verification": "tree", "draft_tokens": 4, "tree_branching": 2, "tree_nodes": 8}
@@ -25,8 +25,9 @@ def tree_client(service_loop, tiny_target, tiny_draft, make_draft_server):
     from verify_service.server import VerifyServer
 
     draft = make_draft_server(ModelDrafter(tiny_draft.model), tiny_draft, max_batch_size=4, batch_wait_ms=5)
-    config = SpecdecConfig(speculative=TREE, verify_service={"draft_endpoint": f"127.0.0.1:{draft.port}", "max_batch_size": 4,
-                                                             "batch_wait_ms": 5})
+    config = SpecdecConfig(
+        speculative=TREE, verify_service={"draft_endpoint": f"127.0.0.1:{draft.port}", "max_batch_size": 4, "batch_wait_ms": 5}
+    )
     verify = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
     service_loop.run(verify.start(tiny_target))
     client = VerifyClient(f"127.0.0.1:{verify.port}")
@@ -37,8 +38,9 @@ def tree_client(service_loop, tiny_target, tiny_draft, make_draft_server):
 
 @pytest.mark.parametrize("settings", [{"temperature": 0}, {"temperature": 0.9, "acceptance": "coupled"}, {"temperature": 0.8}])
 def test_tree_outputs_equal_target_only_alone_and_batched(tree_client, settings):
-    requests = [dict(prompt=prompt, max_tokens=10 + 3 * index, seed=7 + index, ignore_eos=True, **settings)
-                for index, prompt in enumerate(PROMPTS)]
+    requests = [
+        dict(prompt=prompt, max_tokens=10 + 3 * index, seed=7 + index, ignore_eos=True, **settings) for index, prompt in enumerate(PROMPTS)
+    ]
     reference = [tree_client.generate(speculative=False, **request).token_ids for request in requests]
     alone = [tree_client.generate(**request) for request in requests]
     assert [completion.token_ids for completion in alone] == reference

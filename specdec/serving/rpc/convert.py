@@ -66,7 +66,9 @@ def source_to_proto(source: TokenSource) -> int:
 
 
 def penalties_from_proto(message: common_pb2.Penalties, field: str = "penalties") -> Penalties:
-    values = {name: getattr(message, name) for name in ("presence_penalty", "frequency_penalty", "repetition_penalty") if message.HasField(name)}
+    values = {
+        name: getattr(message, name) for name in ("presence_penalty", "frequency_penalty", "repetition_penalty") if message.HasField(name)
+    }
     try:
         return Penalties(**values, logit_bias=dict(message.logit_bias))
     except ValidationError as error:
@@ -75,13 +77,20 @@ def penalties_from_proto(message: common_pb2.Penalties, field: str = "penalties"
 
 
 def penalties_to_proto(penalties: Penalties) -> common_pb2.Penalties:
-    return common_pb2.Penalties(presence_penalty=penalties.presence_penalty, frequency_penalty=penalties.frequency_penalty,
-                                repetition_penalty=penalties.repetition_penalty, logit_bias=penalties.logit_bias)
+    return common_pb2.Penalties(
+        presence_penalty=penalties.presence_penalty,
+        frequency_penalty=penalties.frequency_penalty,
+        repetition_penalty=penalties.repetition_penalty,
+        logit_bias=penalties.logit_bias,
+    )
 
 
 def block_to_proto(block: DraftBlock) -> common_pb2.CandidateBlock:
-    message = common_pb2.CandidateBlock(token_ids=block.candidate_ids.tolist(), parent_indices=block.tree_parents or [],
-                                        sources=[source_to_proto(source) for source in block.sources])
+    message = common_pb2.CandidateBlock(
+        token_ids=block.candidate_ids.tolist(),
+        parent_indices=block.tree_parents or [],
+        sources=[source_to_proto(source) for source in block.sources],
+    )
     if block.draft_probs is not None:
         for token_ids, probs in sparse_rows(block.draft_probs):
             message.draft_probs.add(token_ids=token_ids, probs=probs)
@@ -113,8 +122,10 @@ def _candidates_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, 
         return DraftBlock(torch.tensor(candidates, dtype=torch.long))
     if len(message.draft_probs) != len(candidates):
         raise InvalidRequestError(f"{field}.draft_probs", f"{len(message.draft_probs)} distributions for {len(candidates)} candidates")
-    rows = [_checked_distribution(dist, candidate, vocab_size, f"{field}.draft_probs[{index}]")
-            for index, (dist, candidate) in enumerate(zip(message.draft_probs, candidates))]
+    rows = [
+        _checked_distribution(dist, candidate, vocab_size, f"{field}.draft_probs[{index}]")
+        for index, (dist, candidate) in enumerate(zip(message.draft_probs, candidates))
+    ]
     return DraftBlock(torch.tensor(candidates, dtype=torch.long), _stack_ragged(rows))
 
 
@@ -128,10 +139,14 @@ def _tree_block(message: common_pb2.CandidateBlock, candidates: list[int], needs
     return DraftBlock(torch.tensor(candidates, dtype=torch.long), tree_parents=parents)
 
 
-def _checked_distribution(dist: common_pb2.SparseDistribution, candidate: int, vocab_size: int, field: str) -> tuple[list[int], list[float]]:
+def _checked_distribution(
+    dist: common_pb2.SparseDistribution, candidate: int, vocab_size: int, field: str
+) -> tuple[list[int], list[float]]:
     token_ids, probs = list(dist.token_ids), list(dist.probs)
     if not token_ids or len(token_ids) != len(probs):
-        raise InvalidRequestError(field, f"needs as many probs as token_ids and at least one (got {len(token_ids)} ids, {len(probs)} probs)")
+        raise InvalidRequestError(
+            field, f"needs as many probs as token_ids and at least one (got {len(token_ids)} ids, {len(probs)} probs)"
+        )
     check_token_ids(token_ids, vocab_size, f"{field}.token_ids")
     if len(set(token_ids)) != len(token_ids):
         raise InvalidRequestError(f"{field}.token_ids", "duplicate token ids")
@@ -146,8 +161,9 @@ def _checked_distribution(dist: common_pb2.SparseDistribution, candidate: int, v
 
 
 def _stack_ragged(rows: list[tuple[list[int], list[float]]]) -> SparseDistribution:
-    return concat_sparse([SparseDistribution(torch.tensor([ids], dtype=torch.long), torch.tensor([probs], dtype=torch.float64))
-                          for ids, probs in rows])
+    return concat_sparse(
+        [SparseDistribution(torch.tensor([ids], dtype=torch.long), torch.tensor([probs], dtype=torch.float64)) for ids, probs in rows]
+    )
 
 
 def vocab_fingerprint(tokenizer) -> str:

@@ -17,8 +17,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 
-from specdec.serving.config import TlsSection
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, SpecdecError, describe_validation_error
+from specdec.serving.config import TlsSection
 from specdec.serving.metrics import ServiceMetrics
 from specdec.serving.ports import bind_problem, check_can_listen, listen_error, split_address
 from specdec.serving.rpc.tls import channel_credentials, server_credentials
@@ -53,8 +53,9 @@ SERVER_OPTIONS = [
 ]
 
 
-def create_server(address: str, service_names: Iterable[str], tls: TlsSection | None = None,
-                  owner: str = "gRPC server") -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
+def create_server(
+    address: str, service_names: Iterable[str], tls: TlsSection | None = None, owner: str = "gRPC server"
+) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """An aio server bound to `address` with health (NOT_SERVING until `mark_serving`) and reflection.
 
     Returns (server, bound port, health servicer); port 0 in `address` picks a free port. An address it
@@ -109,7 +110,9 @@ class SessionLimit:
         started, code = time.perf_counter(), "ok"
         try:
             if self.active >= self.max_sessions:
-                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.active} sessions are active (max_sessions={self.max_sessions}); retry later")
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.active} sessions are active (max_sessions={self.max_sessions}); retry later"
+                )
             self.active += 1
             try:
                 yield
@@ -168,7 +171,9 @@ async def run_until_signalled(server, grace_seconds: float, name: str, announce_
         await server.stop(0)
         raise
     await stop.wait()
-    log.info("%s draining: NOT_SERVING now, refusing new calls in %.1fs, in-flight streams get %.0fs", name, announce_seconds, grace_seconds)
+    log.info(
+        "%s draining: NOT_SERVING now, refusing new calls in %.1fs, in-flight streams get %.0fs", name, announce_seconds, grace_seconds
+    )
     await set_serving(server.health, server.service_names, False)
     await asyncio.sleep(min(announce_seconds, grace_seconds))
     await server.stop(grace_seconds)

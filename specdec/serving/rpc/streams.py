@@ -31,9 +31,11 @@ class StreamGate:
         """The stream's first message, or None when the client closed the stream without one."""
         peer = peer_host(context.peer())
         if self.unopened[peer] >= self.max_unopened_per_peer:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"{self.unopened[peer]} streams from {peer} have sent no first message yet "
-                                f"({self.section}.max_unopened_streams_per_peer={self.max_unopened_per_peer}); retry later")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self.unopened[peer]} streams from {peer} have sent no first message yet "
+                f"({self.section}.max_unopened_streams_per_peer={self.max_unopened_per_peer}); retry later",
+            )
         self.unopened[peer] += 1
         try:
             return await self.next_message(requests, context)
@@ -48,5 +50,7 @@ class StreamGate:
             async with asyncio.timeout(self.idle_timeout_s):
                 return await anext(requests, None)
         except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"no message for {self.idle_timeout_s:g}s "
-                                                                   f"({self.section}.stream_idle_timeout_s): the idle stream is closed")
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"no message for {self.idle_timeout_s:g}s ({self.section}.stream_idle_timeout_s): the idle stream is closed",
+            )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import grpc
 
-from specdec.serving.config import TlsSection
 from specdec.errors import SpecdecError
+from specdec.serving.config import TlsSection
 
 
 def server_credentials(tls: TlsSection) -> grpc.ServerCredentials:

@@ -86,4 +86,6 @@ class RefuseUndecodable(grpc.aio.ServerInterceptor):
         kind = next((name for name in _WRAPPERS if getattr(handler, name) is not None), None)
         if kind is None:
             return handler
-        return handler._replace(request_deserializer=_tolerant(handler.request_deserializer), **{kind: _WRAPPERS[kind](getattr(handler, kind))})
+        return handler._replace(
+            request_deserializer=_tolerant(handler.request_deserializer), **{kind: _WRAPPERS[kind](getattr(handler, kind))}
+        )

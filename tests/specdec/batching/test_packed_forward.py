@@ -62,8 +62,9 @@ def test_a_row_gets_the_same_logits_alone_and_in_a_pass_with_others(tiny_target6
         if cached:
             packed_forward(parts, [PackedRow(kv, sequence[:cached], 0, 1)])
         caches.append(kv)
-    together = packed_forward(parts, [PackedRow(kv, sequence[cached:], cached, len(sequence) - cached)
-                                      for kv, (sequence, cached, _) in zip(caches, plans)])
+    together = packed_forward(
+        parts, [PackedRow(kv, sequence[cached:], cached, len(sequence) - cached) for kv, (sequence, cached, _) in zip(caches, plans)]
+    )
     for single, batched in zip(alone, together):
         # NOTE: float64 on the CPU: a matmul over more rows may still differ in the last bits.
         torch.testing.assert_close(batched, single, rtol=1e-12, atol=1e-12)

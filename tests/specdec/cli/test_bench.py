@@ -101,8 +101,30 @@ def test_a_missing_matplotlib_is_one_line(bench_run, tmp_path, monkeypatch):
 
 def test_the_cli_prints_the_summary_and_skips_the_plot(gateway_url, tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SPECDEC_", "OPENAI_"))}
-    done = subprocess.run([sys.executable, "-m", "specdec.cli", "bench", "--url", gateway_url, "--limit", "2", "--concurrency", "1,2",
-                           "--max-tokens", "8", "--out", str(tmp_path), "--no-plot"], check=False, capture_output=True, text=True, env=env, timeout=180)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specdec.cli",
+            "bench",
+            "--url",
+            gateway_url,
+            "--limit",
+            "2",
+            "--concurrency",
+            "1,2",
+            "--max-tokens",
+            "8",
+            "--out",
+            str(tmp_path),
+            "--no-plot",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     assert "| speedup |" in done.stdout and f"results: {tmp_path}" in done.stderr
     results = json.loads((tmp_path / "results.json").read_text())
@@ -112,8 +134,12 @@ def test_the_cli_prints_the_summary_and_skips_the_plot(gateway_url, tmp_path):
 
 def test_prompts_over_the_context_are_skipped_in_both_modes(gateway_url, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"prompt": "Hello there", "category": "short"}) + "\n"
-                       + json.dumps({"messages": [{"role": "user", "content": "word " * 2000}], "category": "long"}) + "\n")
+    prompts.write_text(
+        json.dumps({"prompt": "Hello there", "category": "short"})
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "word " * 2000}], "category": "long"})
+        + "\n"
+    )
     results = run_bench(BenchOptions(url=gateway_url, prompts=prompts, concurrency=[1], max_tokens=4, out=tmp_path, plot=False))
     assert results["prompts"] == 1 and [s["category"] for s in results["skipped"]] == ["long"]
     assert "context" in results["skipped"][0]["reason"]
@@ -140,8 +166,12 @@ def _record(prompt: int, mode: str, e2e: float, tokens: int = 10, rounds: int = 
 
 
 def test_summary_and_comparison():
-    records = [_record(0, "on", 1.0, rounds=4, drafted=20, accepted=6), _record(0, "off", 2.0),
-               _record(1, "on", 1.0, rounds=2, drafted=10, accepted=4), _record(1, "off", 4.0)]
+    records = [
+        _record(0, "on", 1.0, rounds=4, drafted=20, accepted=6),
+        _record(0, "off", 2.0),
+        _record(1, "on", 1.0, rounds=2, drafted=10, accepted=4),
+        _record(1, "off", 4.0),
+    ]
     on = summarize(records[::2], wall_s=2.0)
     assert on["completion_tokens"] == 20 and on["tokens_per_s"] == 10.0 and on["acceptance_rate"] == pytest.approx(10 / 30)
     assert on["mean_accepted_length"] == pytest.approx(1 + 10 / 6) and on["e2e_s"]["p50"] == 1.0
@@ -151,13 +181,24 @@ def test_summary_and_comparison():
 
 
 def test_on_requests_that_did_not_draft_are_reported_beside_the_speedup():
-    records = [_record(0, "on", 1.0, rounds=4, drafted=20, accepted=5), _record(0, "off", 2.0),
-               _record(1, "on", 1.0), _record(1, "off", 2.0)]  # the policy kept prompt 1 from drafting
+    records = [
+        _record(0, "on", 1.0, rounds=4, drafted=20, accepted=5),
+        _record(0, "off", 2.0),
+        _record(1, "on", 1.0),
+        _record(1, "off", 2.0),
+    ]  # the policy kept prompt 1 from drafting
     report = compare(records, {"on": 2.0, "off": 4.0})
     assert report["drafted_share"] == 0.5 and report["drafted_mean_acceptance"] == 0.25
     level = {"concurrency": 1, **report, "categories": {"c": {"prompts": 2, **report}}, "requests": []}
-    results = {"model": "m", "url": "u", "prompts": 2, "skipped": [], "timestamp": "t", "settings": {"max_tokens": 8, "temperature": 0},
-               "levels": [level]}
+    results = {
+        "model": "m",
+        "url": "u",
+        "prompts": 2,
+        "skipped": [],
+        "timestamp": "t",
+        "settings": {"max_tokens": 8, "temperature": 0},
+        "levels": [level],
+    }
     markdown = render_markdown(results)
     assert "| speedup | on requests that drafted | their mean acceptance |" in markdown
     assert "| 2.00 | 1/2 | 0.250 |" in markdown  # overall, next to the speedup
@@ -181,8 +222,12 @@ def test_ab_schedule_alternates_which_mode_goes_first():
 
 def test_prompt_files_and_selection(tmp_path):
     path = tmp_path / "p.jsonl"
-    lines = [{"category": "a", "turns": ["first", "second"]}, {"category": "a", "prompt": "x"},
-             {"category": "b", "messages": [{"role": "user", "content": "y"}]}, {"prompt": "no category"}]
+    lines = [
+        {"category": "a", "turns": ["first", "second"]},
+        {"category": "a", "prompt": "x"},
+        {"category": "b", "messages": [{"role": "user", "content": "y"}]},
+        {"prompt": "no category"},
+    ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")
     prompts = load_prompts(path, None, 10)
     selected = [(p.category, p.messages[-1]["content"]) for p in prompts]
@@ -212,8 +257,17 @@ def test_parse_int_list():
 
 
 def test_hf_baseline_times_target_only_and_assisted_generation(gateway_url, tiny_pair_paths, tmp_path):
-    options = BenchOptions(url=gateway_url, limit=3, concurrency=[1], max_tokens=12, out=tmp_path, plot=False, baseline="hf",
-                           target=str(tiny_pair_paths.target), draft=str(tiny_pair_paths.draft))
+    options = BenchOptions(
+        url=gateway_url,
+        limit=3,
+        concurrency=[1],
+        max_tokens=12,
+        out=tmp_path,
+        plot=False,
+        baseline="hf",
+        target=str(tiny_pair_paths.target),
+        draft=str(tiny_pair_paths.draft),
+    )
     results = run_bench(options)
     hf = results["baselines"]["hf"]
     assert hf["target"] == str(tiny_pair_paths.target) and hf["prompts"] == 3

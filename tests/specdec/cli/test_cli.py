@@ -81,8 +81,17 @@ def runs(tiny_pair_paths, work_dir, tiny_ggufs) -> dict[str, Run]:
         "unparsable_max_tokens": (*with_target, "--max-tokens", "many"),
         "config_show": ("config", "show", "--config", str(work_dir / "seed.yaml")),
         "serve_draft_missing": ("serve", "draft", "--draft", "/nonexistent/draft", "--port", "0", "--metrics-port", "0"),
-        "serve_verify_empty_target": ("serve", "verify", "--target", str(work_dir / "empty-model"), "--no-draft",
-                                      "--port", "0", "--metrics-port", "0"),
+        "serve_verify_empty_target": (
+            "serve",
+            "verify",
+            "--target",
+            str(work_dir / "empty-model"),
+            "--no-draft",
+            "--port",
+            "0",
+            "--metrics-port",
+            "0",
+        ),
         "gguf_json": (*with_target, *gguf, "--draft", str(tiny_ggufs.draft), "--json"),
         "gguf_missing": (*with_target, *gguf, "--draft", str(work_dir / "missing.gguf")),
         "gguf_truncated": (*with_target, *gguf, "--draft", str(work_dir / "truncated.gguf")),
@@ -206,8 +215,13 @@ def test_up_names_a_missing_target_before_starting_anything(runs):
     assert "draft" not in line
 
 
-@pytest.mark.parametrize("name, needle", [("serve_draft_missing", "--draft: model path not found: /nonexistent/draft"),
-                                          ("serve_verify_empty_target", "empty-model is a directory without config.json")])
+@pytest.mark.parametrize(
+    "name, needle",
+    [
+        ("serve_draft_missing", "--draft: model path not found: /nonexistent/draft"),
+        ("serve_verify_empty_target", "empty-model is a directory without config.json"),
+    ],
+)
 def test_a_service_whose_model_fails_to_load_ends_with_one_line(runs, name, needle):
     """What a container with a bad model mount prints: its start-up log lines, then the error, no traceback."""
     run = runs[name]

@@ -19,8 +19,13 @@ from specdec.v1 import common_pb2, draft_pb2_grpc, verify_pb2_grpc
 
 
 def _ports() -> dict[str, int]:
-    return {"--gateway-port": free_port(), "--draft-port": free_port(), "--verify-port": free_port(),
-            "--draft-metrics-port": free_port(), "--verify-metrics-port": free_port()}
+    return {
+        "--gateway-port": free_port(),
+        "--draft-port": free_port(),
+        "--verify-port": free_port(),
+        "--draft-metrics-port": free_port(),
+        "--verify-metrics-port": free_port(),
+    }
 
 
 @contextlib.contextmanager
@@ -29,10 +34,16 @@ def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
     log = (tmp_path / "up.log").open("w")  # the children's logs: a file, so no pipe can fill up
-    up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", *extra, *arguments], env=env,
-                          stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "specdec.cli", "up", *extra, *arguments],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        yield _read_until(up, "\"max_tokens\": 32", timeout=timeout, log=tmp_path / "up.log")  # the banner, to its curl line
+        yield _read_until(up, '"max_tokens": 32', timeout=timeout, log=tmp_path / "up.log")  # the banner, to its curl line
     finally:
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0
@@ -42,7 +53,12 @@ def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str
 
 def _chat(ports: dict[str, int], model: str, max_tokens: int, key: str | None = None, status: int = 200) -> dict:
     url = f"http://127.0.0.1:{ports['--gateway-port']}/v1/chat/completions"
-    body = {"model": model, "messages": [{"role": "user", "content": "Hello! What can you do?"}], "max_tokens": max_tokens, "temperature": 0}
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Hello! What can you do?"}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     reply = httpx.post(url, json=body, timeout=120, headers={"Authorization": f"Bearer {key}"} if key else {})
     assert reply.status_code == status, reply.text
     return reply.json()
@@ -63,7 +79,7 @@ def _listening_addresses(port: int) -> set[str]:
 
 
 def _ipv6(address: str) -> bytes:
-    return b"".join(bytes.fromhex(address[i:i + 8])[::-1] for i in range(0, 32, 8))
+    return b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, 32, 8))
 
 
 def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path):
@@ -122,7 +138,10 @@ def test_up_with_no_arguments_chats_with_smollm2_drafted_by_its_own_gguf(tmp_pat
             verify_status = verify_pb2_grpc.VerifyServiceStub(channel).Status(common_pb2.ServerStatusRequest(), timeout=10)
         assert verify_status.model == str(default_target_dir.parent / "smollm2-135m-instruct-bf16.gguf")  # the llama_cpp engine's bf16
         # Each on cores of its own, as on devices of their own (split_cores).
-        draft_cpus, verify_cpus = _cpus(f"serve draft .*--port {ports['--draft-port']}"), _cpus(f"serve verify .*--port {ports['--verify-port']}")
+        draft_cpus, verify_cpus = (
+            _cpus(f"serve draft .*--port {ports['--draft-port']}"),
+            _cpus(f"serve verify .*--port {ports['--verify-port']}"),
+        )
         assert draft_cpus and verify_cpus and not draft_cpus & verify_cpus
 
 
@@ -138,7 +157,9 @@ def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread(monke
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert default_pair_tuning("gguf") == PairTuning(num_draft_tokens=4, draft_flags=("--gguf-threads=1",), own_cores=True)
     # Without llama-cpp-python the distilled draft's tuning: lookup 2 tokens, or 1 from the draft model.
-    assert default_pair_tuning(None) == PairTuning(num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1"))
+    assert default_pair_tuning(None) == PairTuning(
+        num_draft_tokens=2, draft_flags=("--model-draft-tokens=1", "--prompt-lookup-min-ngram=1")
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert default_pair_tuning("gguf") is None  # a GPU host runs the configured defaults
 
@@ -146,8 +167,8 @@ def test_default_pair_on_a_cpu_host_drafts_three_gguf_tokens_on_one_thread(monke
 def test_without_llama_cpp_the_default_pair_drafts_with_the_distilled_draft(monkeypatch, default_target_dir, capsys):
     import importlib.util
 
-    from specdec.default_models import DRAFT_DIR
     from specdec.cli.launcher import default_pair_paths
+    from specdec.default_models import DRAFT_DIR
 
     monkeypatch.setenv("SPECDEC_MODELS_DIR", str(default_target_dir.parent))
     pair = default_pair_paths()
@@ -175,11 +196,14 @@ def test_up_with_a_config_that_only_tunes_speculation_serves_the_default_pair_wi
     # No `model` section: the default pair, with the file's other settings (K, the served name, drafting
     # every round whatever the load) applied.
     config = tmp_path / "speculation.yaml"
-    config.write_text("speculative:\n  draft_tokens: 2\nserving:\n  served_model_name: tuned-default\n"
-                      "verify_service:\n  load_aware_speculation: false\n", encoding="utf-8")
+    config.write_text(
+        "speculative:\n  draft_tokens: 2\nserving:\n  served_model_name: tuned-default\nverify_service:\n  load_aware_speculation: false\n",
+        encoding="utf-8",
+    )
     ports = _ports()
-    with _specdec_up(tmp_path, ports, "--config", str(config), env={"SPECDEC_MODELS_DIR": str(default_target_dir.parent)},
-                     timeout=300) as banner:
+    with _specdec_up(
+        tmp_path, ports, "--config", str(config), env={"SPECDEC_MODELS_DIR": str(default_target_dir.parent)}, timeout=300
+    ) as banner:
         assert "model 'tuned-default'" in banner
         reply = _chat(ports, "tuned-default", 24)
         assert reply["choices"][0]["message"]["content"].strip()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from port_support import bare_listener, finished, grpc_occupant, http_ready_occupant
+
 from specdec.cli.processes import free_port
 
 REFUSAL_TIMEOUT_S = 120  # a refusal takes a second or two; the old code started services first
@@ -16,12 +17,20 @@ REFUSAL_TIMEOUT_S = 120  # a refusal takes a second or two; the old code started
 def _up(tmp_path, ports: dict[str, int]) -> subprocess.Popen:
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
-    return subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", "--tiny", *arguments], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "specdec.cli", "up", "--tiny", *arguments],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _ports() -> dict[str, int]:
-    return {flag: free_port() for flag in ("--gateway-port", "--draft-port", "--verify-port", "--draft-metrics-port", "--verify-metrics-port")}
+    return {
+        flag: free_port() for flag in ("--gateway-port", "--draft-port", "--verify-port", "--draft-metrics-port", "--verify-metrics-port")
+    }
 
 
 def test_up_refuses_busy_ports_before_starting_anything_naming_each_port_and_its_flag(tmp_path):
@@ -46,4 +55,7 @@ def test_up_refuses_one_port_given_to_two_services(tmp_path):
     ports["--verify-metrics-port"] = ports["--draft-port"]
     status, output = finished(_up(tmp_path, ports), REFUSAL_TIMEOUT_S)
     assert status != 0 and "Traceback" not in output, output
-    assert f"specdec: error: each service needs its own port: --draft-port and --verify-metrics-port share port {ports['--draft-port']}" in output
+    assert (
+        f"specdec: error: each service needs its own port: --draft-port and --verify-metrics-port share port {ports['--draft-port']}"
+        in output
+    )

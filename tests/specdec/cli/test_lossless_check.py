@@ -13,8 +13,8 @@ from service_support import free_port
 from specdec import acceptance_rounds
 from specdec.acceptance import RoundVerdict
 from specdec.cli import main
-from specdec.drafters import NgramDrafter, ngram
 from specdec.cli.lossless_check import PROMPTS, LosslessCheck, run
+from specdec.drafters import NgramDrafter, ngram
 
 CHECK_ARGS = ["--prompts", "3", "--max-tokens", "12"]
 
@@ -26,10 +26,13 @@ def _requests(verify, policy: str, drafted: str) -> float:
 
 def _counters(verify) -> dict[str, float]:
     registry = verify.servicer.metrics.registry
-    return {"always drafted": _requests(verify, "always", "yes"), "always undrafted": _requests(verify, "always", "no"),
-            "auto": _requests(verify, "auto", "yes") + _requests(verify, "auto", "no"),
-            "draft tokens": registry.get_sample_value("specdec_spec_decode_num_draft_tokens_total"),
-            "accepted tokens": registry.get_sample_value("specdec_spec_decode_num_accepted_tokens_total")}
+    return {
+        "always drafted": _requests(verify, "always", "yes"),
+        "always undrafted": _requests(verify, "always", "no"),
+        "auto": _requests(verify, "auto", "yes") + _requests(verify, "auto", "no"),
+        "draft tokens": registry.get_sample_value("specdec_spec_decode_num_draft_tokens_total"),
+        "accepted tokens": registry.get_sample_value("specdec_spec_decode_num_accepted_tokens_total"),
+    }
 
 
 def _switch_drafting_off(url: str, verify) -> None:
@@ -43,8 +46,9 @@ def _switch_drafting_off(url: str, verify) -> None:
         httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30).raise_for_status()
 
 
-def test_passes_and_every_on_request_drafts_where_the_load_aware_policy_stopped_drafting(draft_server, make_verify_server,
-                                                                                         make_gateway, tiny_target):
+def test_passes_and_every_on_request_drafts_where_the_load_aware_policy_stopped_drafting(
+    draft_server, make_verify_server, make_gateway, tiny_target
+):
     verify = make_verify_server(tiny_target, f"127.0.0.1:{draft_server.port}", load_aware_speculation=True, load_window_s=0.05)
     gateway = make_gateway(verify_endpoint=f"127.0.0.1:{verify.port}")
     _switch_drafting_off(gateway.url, verify)
@@ -70,8 +74,8 @@ def test_fails_saying_why_when_the_draft_service_is_down(make_verify_server, mak
     assert main(["check-lossless", "--url", gateway.url, *CHECK_ARGS, "--samples", "60"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[:3]] == ["FAIL", "FAIL", "FAIL"] and lines[3].startswith("lossless: FAIL")
-    assert "the on arm did not speculate: 3/3 \"on\" requests fell back to the target alone (the draft service is down" in lines[0]
-    assert "60/60 \"on\" requests fell back" in lines[2] and "no draft token was accepted" in lines[2]
+    assert 'the on arm did not speculate: 3/3 "on" requests fell back to the target alone (the draft service is down' in lines[0]
+    assert '60/60 "on" requests fell back' in lines[2] and "no draft token was accepted" in lines[2]
     assert "chi-square p = " in lines[2] and "identical" in lines[0]  # the outputs themselves agree: fallback is lossless
 
 
@@ -104,11 +108,14 @@ def test_a_verifier_that_keeps_every_draft_token_fails(make_draft_server, make_v
     verify = make_verify_server(tiny_target, f"127.0.0.1:{draft.port}")
     gateway = make_gateway(verify_endpoint=f"127.0.0.1:{verify.port}")
     monkeypatch.setattr(acceptance_rounds, "rejection_accept", _always_accept)
-    monkeypatch.setattr(acceptance_rounds, "greedy_accept",
-                        lambda candidates, probs: _always_accept(candidates, None, probs, torch.Generator()))
+    monkeypatch.setattr(
+        acceptance_rounds, "greedy_accept", lambda candidates, probs: _always_accept(candidates, None, probs, torch.Generator())
+    )
     check = LosslessCheck(gateway.url, None, None)
-    repetitive = ["Repeat after me: the cat sat on the mat, the cat sat on the mat, the cat",
-                  "Say it again: one two three, one two three, one two three, one two"]
+    repetitive = [
+        "Repeat after me: the cat sat on the mat, the cat sat on the mat, the cat",
+        "Say it again: one two three, one two three, one two three, one two",
+    ]
     greedy = check.greedy([*repetitive, *PROMPTS[:2]], max_tokens=24)
     assert not greedy.passed and "prompts gave different texts" in greedy.reasons[0]
     rejection = check.rejection(repetitive, samples=200, temperature=1.0)

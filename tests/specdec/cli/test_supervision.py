@@ -33,9 +33,14 @@ def _up(tmp_path, ports: dict[str, int], *extra: str):
     arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
     log_path = tmp_path / "up.log"
     with log_path.open("w") as log:  # the children log there too: a file, so no pipe fills up
-        up = subprocess.Popen([sys.executable, "-m", "specdec.cli", "up", "--tiny", *extra, *arguments],
-                              env={**os.environ, "XDG_CACHE_HOME": str(tmp_path), **ENV}, stdout=subprocess.PIPE, stderr=log,
-                              text=True, start_new_session=True)
+        up = subprocess.Popen(
+            [sys.executable, "-m", "specdec.cli", "up", "--tiny", *extra, *arguments],
+            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path), **ENV},
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+        )
     try:
         _read_until_banner(up, log_path)
         yield up
@@ -146,8 +151,11 @@ def test_a_service_that_keeps_dying_stops_the_stack_with_one_line_and_exit_1(tmp
     lines = _up_lines(tmp_path)
     assert [line for line in lines if line.startswith("specdec up: draft exited")] == [
         "specdec up: draft exited with status -9 (SIGKILL); restart 1 in 0.5s (1 exits within 120s; 3 stop the stack)",
-        "specdec up: draft exited with status -9 (SIGKILL); restart 2 in 1s (2 exits within 120s; 3 stop the stack)"], lines
+        "specdec up: draft exited with status -9 (SIGKILL); restart 2 in 1s (2 exits within 120s; 3 stop the stack)",
+    ], lines
     errors = [line for line in lines if line.startswith("specdec: error:")]
-    assert errors == ["specdec: error: draft exited 3 times within 120s (last with status -9 (SIGKILL)); gave up restarting it "
-                      "and stopped the others (limits: --crash-limit, --crash-window)"], lines
+    assert errors == [
+        "specdec: error: draft exited 3 times within 120s (last with status -9 (SIGKILL)); gave up restarting it "
+        "and stopped the others (limits: --crash-limit, --crash-window)"
+    ], lines
     assert lines[-1] == errors[0]  # the last word

@@ -104,8 +104,7 @@ def test_output_is_world_readable_whatever_the_umask(tmp_path):
     modes = {path.relative_to(tmp_path).as_posix(): path.stat().st_mode & 0o777 for path in (tmp_path / "pair").rglob("*")}
     modes["pair"] = (tmp_path / "pair").stat().st_mode & 0o777
     assert "pair/target/model.safetensors" in modes and "pair/draft/model.safetensors" in modes
-    wrong = {path: oct(mode) for path, mode in modes.items()
-             if mode != (0o755 if (tmp_path / path).is_dir() else 0o644)}
+    wrong = {path: oct(mode) for path, mode in modes.items() if mode != (0o755 if (tmp_path / path).is_dir() else 0o644)}
     assert not wrong, f"not 0644 files / 0755 directories: {wrong}"
 
 

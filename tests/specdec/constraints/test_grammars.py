@@ -7,8 +7,17 @@ import json
 import llguidance
 import pytest
 
-from specdec.constraints.grammars import (MAX_GRAMMAR_CHARS, MAX_REASON_CHARS, SCHEMA_FIELD, brief_reason, choice_grammar,
-                                          json_schema_grammar, lark_grammar, regex_grammar, response_format_grammar)
+from specdec.constraints.grammars import (
+    MAX_GRAMMAR_CHARS,
+    MAX_REASON_CHARS,
+    SCHEMA_FIELD,
+    brief_reason,
+    choice_grammar,
+    json_schema_grammar,
+    lark_grammar,
+    regex_grammar,
+    response_format_grammar,
+)
 from specdec.errors import InvalidRequestError
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
@@ -19,25 +28,31 @@ def test_text_and_missing_response_format_mean_no_grammar():
     assert response_format_grammar({"type": "text"}) is None
 
 
-@pytest.mark.parametrize("response_format", [
-    {"type": "json_object"},
-    {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA, "strict": True}},
-    {"type": "regex", "regex": "[a-z]+"},
-    {"type": "choice", "choice": ["yes", "no", 'say "hi"']},
-    {"type": "grammar", "grammar": 'start: "a" | "b"'},
-])
+@pytest.mark.parametrize(
+    "response_format",
+    [
+        {"type": "json_object"},
+        {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA, "strict": True}},
+        {"type": "regex", "regex": "[a-z]+"},
+        {"type": "choice", "choice": ["yes", "no", 'say "hi"']},
+        {"type": "grammar", "grammar": 'start: "a" | "b"'},
+    ],
+)
 def test_each_type_gives_a_grammar_the_engine_accepts(response_format):
     grammar = response_format_grammar(response_format)
     assert llguidance.LLMatcher.validate_grammar(grammar) == ""
 
 
-@pytest.mark.parametrize("schema, reason", [
-    ({"type": "objectx"}, "Invalid type"),
-    ({"type": "object", "properties": {"a": {"$ref": "#/nope"}}}, "/nope"),
-    ({"type": "string", "pattern": "(?=a)b"}, "look-around"),  # valid JSON Schema the engine cannot enforce
-    ({"type": "string", "format": "no-such-format"}, "format"),
-    ([1, 2], "must be a JSON schema"),
-])
+@pytest.mark.parametrize(
+    "schema, reason",
+    [
+        ({"type": "objectx"}, "Invalid type"),
+        ({"type": "object", "properties": {"a": {"$ref": "#/nope"}}}, "/nope"),
+        ({"type": "string", "pattern": "(?=a)b"}, "look-around"),  # valid JSON Schema the engine cannot enforce
+        ({"type": "string", "format": "no-such-format"}, "format"),
+        ([1, 2], "must be a JSON schema"),
+    ],
+)
 def test_bad_or_unenforceable_schemas_are_refused_naming_the_schema_field(schema, reason):
     with pytest.raises(InvalidRequestError, match=reason) as caught:
         response_format_grammar({"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
@@ -59,7 +74,10 @@ def test_extensions_name_their_own_fields():
 
 
 def test_oversized_schemas_are_refused():
-    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(MAX_GRAMMAR_CHARS // 100)}}
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(MAX_GRAMMAR_CHARS // 100)},
+    }
     with pytest.raises(InvalidRequestError, match="too large"):
         json_schema_grammar(schema, SCHEMA_FIELD)
 

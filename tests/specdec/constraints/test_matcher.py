@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.constraints.grammars import json_schema_grammar, regex_grammar
 from specdec.constraints import matcher
+from specdec.constraints.grammars import json_schema_grammar, regex_grammar
 from specdec.constraints.matcher import GrammarConstraint, compiled_matcher, grammar_prefix
 from specdec.errors import InvalidRequestError
 
@@ -17,6 +17,7 @@ PROMPT = [5, 6, 7, 8]
 def make(tiny_target):
     def build(grammar: str) -> GrammarConstraint:
         return GrammarConstraint.for_model(grammar, len(PROMPT), tiny_target, tiny_target.vocab_size)
+
     return build
 
 
@@ -99,16 +100,26 @@ def test_a_grammar_the_vocabulary_cannot_build_is_refused_naming_the_field(make)
 # --- failing closed ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("grammar", [regex_grammar("a{1000000}", "regex"),
-                                     json_schema_grammar({"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}},
-                                                          "required": ["code"]}, "schema")], ids=["repeat", "nested-repeat-pattern"])
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        regex_grammar("a{1000000}", "regex"),
+        json_schema_grammar(
+            {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a{1000}){1000}$"}}, "required": ["code"]}, "schema"
+        ),
+    ],
+    ids=["repeat", "nested-repeat-pattern"],
+)
 def test_a_grammar_whose_lexer_blows_up_once_matching_starts_is_refused_when_built(make, grammar):
     with pytest.raises(InvalidRequestError, match="^grammar: cannot be enforced: lexer error"):
         make(grammar)
 
 
-@pytest.mark.parametrize("schema", [{"$ref": "#"}, {"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}],
-                         ids=["self", "mutual"])
+@pytest.mark.parametrize(
+    "schema",
+    [{"$ref": "#"}, {"$defs": {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}],
+    ids=["self", "mutual"],
+)
 def test_a_grammar_no_output_satisfies_is_refused_as_unsatisfiable(make, schema):
     with pytest.raises(InvalidRequestError, match="is unsatisfiable"):
         make(json_schema_grammar(schema, "schema"))

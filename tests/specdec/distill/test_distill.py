@@ -21,7 +21,11 @@ DRAFT_VOCAB = 96
 
 def _options(tiny_pair_paths, out, epochs=12.0):
     return DistillOptions(
-        target=str(tiny_pair_paths.target), out=out, num_layers=1, draft_vocab_size=DRAFT_VOCAB, device="cpu",
+        target=str(tiny_pair_paths.target),
+        out=out,
+        num_layers=1,
+        draft_vocab_size=DRAFT_VOCAB,
+        device="cpu",
         data=TeacherDataOptions(num_prompts=12, batch_size=4, max_new_tokens=24, top_k=8),
         train=TrainOptions(epochs=epochs, batch_size=4, learning_rate=1e-2, warmup_steps=2, checkpoint_every=5),
     )
@@ -63,7 +67,13 @@ def test_distilled_draft_is_lossless(distilled, tiny_target, acceptance, tempera
     out, _ = distilled
     drafter = ModelDrafter(load_model(out, device="cpu", dtype="float32").model)
     prompt_ids = tiny_target.tokenizer("Once upon a time there was a little house")["input_ids"]
-    request = {"prompt_ids": prompt_ids, "max_tokens": 30, "ignore_eos": True, "sampling": SamplingParams(temperature=temperature), "seed": 3}
+    request = {
+        "prompt_ids": prompt_ids,
+        "max_tokens": 30,
+        "ignore_eos": True,
+        "sampling": SamplingParams(temperature=temperature),
+        "seed": 3,
+    }
     reference = SpeculativeGenerator(tiny_target, None).generate(GenerationRequest(**request, speculative=False))
     result = SpeculativeGenerator(tiny_target, drafter).generate(GenerationRequest(**request, acceptance=acceptance, num_draft_tokens=4))
     assert result.token_ids == reference.token_ids

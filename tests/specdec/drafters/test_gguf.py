@@ -54,11 +54,20 @@ def test_greedy_behind_prompt_lookup_equals_the_target_alone(tiny_target, prompt
 
 @pytest.mark.parametrize("num_draft_tokens", [1, 2, 4])
 @pytest.mark.parametrize("seed", [0, 7])
-def test_coupled_behind_prompt_lookup_equals_the_target_alone_with_the_same_seed(tiny_target, tiny_gguf_draft, prompt_ids, seed, num_draft_tokens):
+def test_coupled_behind_prompt_lookup_equals_the_target_alone_with_the_same_seed(
+    tiny_target, tiny_gguf_draft, prompt_ids, seed, num_draft_tokens
+):
     sampling = SamplingParams(temperature=0.8)
     reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=seed, speculative=False)
-    result = _run(tiny_target, _with_lookup(tiny_gguf_draft), prompt_ids, sampling=sampling, seed=seed, acceptance="coupled",
-                  num_draft_tokens=num_draft_tokens)
+    result = _run(
+        tiny_target,
+        _with_lookup(tiny_gguf_draft),
+        prompt_ids,
+        sampling=sampling,
+        seed=seed,
+        acceptance="coupled",
+        num_draft_tokens=num_draft_tokens,
+    )
     assert result.token_ids == reference.token_ids
     assert result.stats.draft_tokens > 0 and not result.stats.fallback
 
@@ -71,8 +80,9 @@ def test_adaptive_k_chooses_k_per_round_and_stays_identical(tiny_target, tiny_gg
 
 
 def test_rejection_blocks_carry_the_sparse_q_each_candidate_was_drawn_from(tiny_target, tiny_gguf_draft, prompt_ids):
-    request = DraftRequest(prompt_ids, SamplingParams(temperature=0.9), AcceptanceMode.REJECTION, seed=1, vocab_size=tiny_target.vocab_size,
-                           draft_top_k=16)
+    request = DraftRequest(
+        prompt_ids, SamplingParams(temperature=0.9), AcceptanceMode.REJECTION, seed=1, vocab_size=tiny_target.vocab_size, draft_top_k=16
+    )
     session = GgufDrafter(tiny_gguf_draft).open(request)
     try:
         block = session.propose(4)

@@ -50,7 +50,10 @@ def test_rejection_block_carries_the_sparse_q_each_candidate_was_sampled_from(ti
 
 def test_greedy_and_coupled_blocks_need_no_q_and_are_deterministic(tiny_target, tiny_draft):
     drafter = ModelDrafter(tiny_draft.model)
-    for mode, sampling in ((AcceptanceMode.GREEDY, SamplingParams(temperature=0)), (AcceptanceMode.COUPLED, SamplingParams(temperature=0.9))):
+    for mode, sampling in (
+        (AcceptanceMode.GREEDY, SamplingParams(temperature=0)),
+        (AcceptanceMode.COUPLED, SamplingParams(temperature=0.9)),
+    ):
         first = drafter.open(_request(tiny_target, mode, sampling, seed=5)).propose(5)
         second = drafter.open(_request(tiny_target, mode, sampling, seed=5)).propose(5)
         assert first.draft_probs is None and torch.equal(first.candidate_ids, second.candidate_ids)

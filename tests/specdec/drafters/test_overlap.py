@@ -17,8 +17,11 @@ from specdec.generation import SpeculativeGenerator
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, SparseDistribution, densify
 
-MODES = [(AcceptanceMode.GREEDY, SamplingParams(temperature=0)), (AcceptanceMode.COUPLED, SamplingParams(temperature=0.9)),
-         (AcceptanceMode.REJECTION, SamplingParams(temperature=0.9))]
+MODES = [
+    (AcceptanceMode.GREEDY, SamplingParams(temperature=0)),
+    (AcceptanceMode.COUPLED, SamplingParams(temperature=0.9)),
+    (AcceptanceMode.REJECTION, SamplingParams(temperature=0.9)),
+]
 
 
 class CountingSession:
@@ -251,8 +254,16 @@ def test_blocks_and_outputs_are_the_same_with_and_without_drafting_ahead(tiny_ta
     runs = []
     for ahead in (False, True):
         drafter = _AheadRecorder(ModelDrafter(tiny_draft.model), ahead)
-        request = GenerationRequest(prompt_ids=prompt, max_tokens=40, sampling=sampling, seed=11, acceptance=mode,
-                                    num_draft_tokens=4, ignore_eos=True, draft_top_k=8)
+        request = GenerationRequest(
+            prompt_ids=prompt,
+            max_tokens=40,
+            sampling=sampling,
+            seed=11,
+            acceptance=mode,
+            num_draft_tokens=4,
+            ignore_eos=True,
+            draft_top_k=8,
+        )
         runs.append((SpeculativeGenerator(tiny_target, drafter).generate(request).token_ids, drafter))
     (plain_ids, plain), (ahead_ids, ahead) = runs
     assert ahead_ids == plain_ids
@@ -267,7 +278,9 @@ def test_blocks_and_outputs_are_the_same_with_and_without_drafting_ahead(tiny_ta
 def test_every_guess_holds_when_the_draft_is_the_target(tiny_target):
     prompt = tiny_target.tokenizer("Once upon a time")["input_ids"]
     drafter = _AheadRecorder(ModelDrafter(tiny_target.model), ahead=True)
-    request = GenerationRequest(prompt_ids=prompt, max_tokens=30, sampling=SamplingParams(temperature=0), num_draft_tokens=4, ignore_eos=True)
+    request = GenerationRequest(
+        prompt_ids=prompt, max_tokens=30, sampling=SamplingParams(temperature=0), num_draft_tokens=4, ignore_eos=True
+    )
     SpeculativeGenerator(tiny_target, drafter).generate(request)
     assert drafter.outcomes[0] is None and len(drafter.outcomes) >= 5
     assert drafter.outcomes[1:].count("used") >= len(drafter.outcomes) - 2  # a float near-tie may flip one guess

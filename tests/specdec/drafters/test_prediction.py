@@ -36,11 +36,14 @@ def test_a_copy_follows_the_prediction_round_after_round():
     assert _continuation(alignment, PREDICTION) == []  # the prediction is used up
 
 
-@pytest.mark.parametrize("generated,expected", [
-    ([10, 11, 12, 99, 98, 13], [14, 15, 16]),  # inserted tokens: realigned right after the insertion
-    ([10, 11, 12, 15], [16, 17, 18]),  # deleted tokens
-    ([10, 11, 12, 77, 14], [15, 16, 17]),  # a rewritten token
-])
+@pytest.mark.parametrize(
+    "generated,expected",
+    [
+        ([10, 11, 12, 99, 98, 13], [14, 15, 16]),  # inserted tokens: realigned right after the insertion
+        ([10, 11, 12, 15], [16, 17, 18]),  # deleted tokens
+        ([10, 11, 12, 77, 14], [15, 16, 17]),  # a rewritten token
+    ],
+)
 def test_an_edit_realigns_a_token_after_it(generated, expected):
     alignment = PredictionAlignment(PREDICTION)
     assert _continuation(alignment, generated[:3]) == [13, 14, 15]
@@ -89,8 +92,9 @@ def test_negative_control_without_the_preamble_rule_a_lone_newline_picks_a_line_
 
 
 def _request(prediction, acceptance=AcceptanceMode.GREEDY, tree=None) -> DraftRequest:
-    return DraftRequest(prompt_ids=[1, 2], sampling=GREEDY, acceptance=acceptance, seed=0, vocab_size=64, tree=tree,
-                        prediction_ids=tuple(prediction))
+    return DraftRequest(
+        prompt_ids=[1, 2], sampling=GREEDY, acceptance=acceptance, seed=0, vocab_size=64, tree=tree, prediction_ids=tuple(prediction)
+    )
 
 
 def test_predicted_blocks_are_marked_and_rejection_mode_gets_a_point_mass_q():
@@ -133,6 +137,7 @@ def test_predicted_blocks_double_while_accepted_in_full_and_restart_after_a_part
 
 
 # --- Through the speculative loop on the tiny pair -----------------------------------------------
+
 
 def _run(target, drafter, prompt_ids, **fields):
     request = GenerationRequest(prompt_ids=prompt_ids, **{"max_tokens": 48, "ignore_eos": True, **fields})
@@ -189,8 +194,11 @@ def test_a_failing_wrapped_drafter_leaves_the_prediction_drafting(tiny_target, t
 
 @pytest.mark.parametrize("inner", ["none", "model", "lookup+model"])
 def test_greedy_with_an_exact_prediction_is_identical_and_accepts_it(tiny_target, tiny_draft, prompt_ids, reference, inner):
-    drafter = {"none": None, "model": ModelDrafter(tiny_draft.model),
-               "lookup+model": PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1))}[inner]
+    drafter = {
+        "none": None,
+        "model": ModelDrafter(tiny_draft.model),
+        "lookup+model": PromptLookupDrafter(ModelDrafter(tiny_draft.model), LookupSettings(min_ngram=1)),
+    }[inner]
     result = _run(tiny_target, drafter, prompt_ids, sampling=GREEDY, prediction_ids=reference.token_ids)
     assert result.token_ids == reference.token_ids
     stats_ = result.stats
@@ -225,8 +233,18 @@ def test_coupled_with_a_prediction_is_token_identical_to_target_only(tiny_target
 @pytest.mark.parametrize("acceptance,sampling", [("greedy", GREEDY), ("coupled", SamplingParams(temperature=0.8))])
 def test_predicted_chains_mix_with_model_trees(tiny_target, tiny_draft, prompt_ids, acceptance, sampling):
     reference = _run(tiny_target, None, prompt_ids, sampling=sampling, seed=2, speculative=False)
-    result = _run(tiny_target, ModelDrafter(tiny_draft.model), prompt_ids, sampling=sampling, seed=2, acceptance=acceptance,
-                  tree_branching=2, tree_nodes=8, num_draft_tokens=3, prediction_ids=_edited(reference.token_ids))
+    result = _run(
+        tiny_target,
+        ModelDrafter(tiny_draft.model),
+        prompt_ids,
+        sampling=sampling,
+        seed=2,
+        acceptance=acceptance,
+        tree_branching=2,
+        tree_nodes=8,
+        num_draft_tokens=3,
+        prediction_ids=_edited(reference.token_ids),
+    )
     assert result.token_ids == reference.token_ids
     assert result.stats.accepted_prediction_tokens > 0 and result.stats.draft_tokens > result.stats.accepted_prediction_tokens
 
@@ -250,8 +268,15 @@ def test_rejection_with_a_prediction_matches_the_target_joint(tiny_target, tiny_
     generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model))
     accepted = 0
     for seed in range(TRIALS):
-        request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, num_draft_tokens=3,
-                                    ignore_eos=True, prediction_ids=[*likely, 7])
+        request = GenerationRequest(
+            prompt_ids=prompt_ids,
+            max_tokens=3,
+            sampling=JOINT_SAMPLING,
+            seed=seed,
+            num_draft_tokens=3,
+            ignore_eos=True,
+            prediction_ids=[*likely, 7],
+        )
         result = generator.generate(request)
         accepted += result.stats.accepted_prediction_tokens
         pair = tuple(result.token_ids[:2])
@@ -269,14 +294,23 @@ def test_negative_control_accepting_the_prediction_blindly_fails_the_joint_test(
     expected = exact_joint(tiny_target, prompt_ids, JOINT_SAMPLING)
     likely = max(expected, key=expected.get)
     generator = SpeculativeGenerator(tiny_target, None)
-    pairs = [tuple(generator.generate(GenerationRequest(prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed,
-                                                        ignore_eos=True, prediction_ids=[*likely, 7])).token_ids[:2]) for seed in range(200)]
+    pairs = [
+        tuple(
+            generator.generate(
+                GenerationRequest(
+                    prompt_ids=prompt_ids, max_tokens=3, sampling=JOINT_SAMPLING, seed=seed, ignore_eos=True, prediction_ids=[*likely, 7]
+                )
+            ).token_ids[:2]
+        )
+        for seed in range(200)
+    ]
     observed = [pairs.count(pair) for pair in expected]  # a pair outside the target's support is left out (a violation too)
     assert stats.chisquare(observed, [expected[pair] * sum(observed) for pair in expected]).pvalue < 1e-3
 
 
-def test_a_prediction_drafts_where_the_load_policy_runs_plain_steps(tiny_target, tiny_draft, prompt_ids, reference,
-                                                                      load_policy_decided_off):
+def test_a_prediction_drafts_where_the_load_policy_runs_plain_steps(
+    tiny_target, tiny_draft, prompt_ids, reference, load_policy_decided_off
+):
     generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model), load_policy=load_policy_decided_off())
     request = GenerationRequest(prompt_ids=prompt_ids, max_tokens=len(reference.token_ids), sampling=GREEDY, ignore_eos=True)
     with_prediction = generator.generate(request.model_copy(update={"prediction_ids": reference.token_ids}))

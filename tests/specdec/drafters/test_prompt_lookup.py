@@ -44,10 +44,15 @@ def test_without_a_match_the_model_drafts_at_most_model_tokens(model_drafter):
 
 def test_min_ngram_decides_what_counts_as_a_match(model_drafter):
     prompt = [5, 6, 7, 8, 9, 10, 6]  # only the 1-gram "6" occurred before
-    assert PromptLookupDrafter(model_drafter, LookupSettings(min_ngram=1)).open(_request(prompt)).propose(2).candidate_ids.tolist() == [7, 8]
+    assert PromptLookupDrafter(model_drafter, LookupSettings(min_ngram=1)).open(_request(prompt)).propose(2).candidate_ids.tolist() == [
+        7,
+        8,
+    ]
     model_block = model_drafter.open(_request(prompt)).propose(2)
-    assert PromptLookupDrafter(model_drafter, LookupSettings(min_ngram=2)).open(_request(prompt)).propose(2).candidate_ids.tolist() == \
-        model_block.candidate_ids.tolist()
+    assert (
+        PromptLookupDrafter(model_drafter, LookupSettings(min_ngram=2)).open(_request(prompt)).propose(2).candidate_ids.tolist()
+        == model_block.candidate_ids.tolist()
+    )
 
 
 def test_model_blocks_after_looked_up_rounds_equal_a_fresh_sessions(model_drafter):

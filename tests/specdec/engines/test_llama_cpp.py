@@ -65,12 +65,16 @@ def test_concurrent_sessions_give_what_each_gives_alone(tiny_llama_cpp_target, t
     prompt_ids = [tiny_llama_cpp_target.tokenizer(prompt)["input_ids"] for prompt in prompts]
     alone = [_run(tiny_llama_cpp_target, None, ids, sampling=GREEDY, speculative=False).token_ids for ids in prompt_ids]
     batch_sizes = []
-    runner = tiny_llama_cpp_target.batched_runner(BatchingOptions(max_batch_size=4, max_wait_s=0.05, on_batch=lambda rows: batch_sizes.append(len(rows))))
+    runner = tiny_llama_cpp_target.batched_runner(
+        BatchingOptions(max_batch_size=4, max_wait_s=0.05, on_batch=lambda rows: batch_sizes.append(len(rows)))
+    )
     generator = SpeculativeGenerator(tiny_llama_cpp_target, ModelDrafter(tiny_draft.model), runner)
     results: dict[int, list[int]] = {}
 
     def generate(index: int) -> None:
-        request = GenerationRequest(prompt_ids=prompt_ids[index], max_tokens=40, ignore_eos=True, sampling=GREEDY, speculative=index % 2 == 0)
+        request = GenerationRequest(
+            prompt_ids=prompt_ids[index], max_tokens=40, ignore_eos=True, sampling=GREEDY, speculative=index % 2 == 0
+        )
         results[index] = generator.generate(request).token_ids
 
     threads = [threading.Thread(target=generate, args=(index,)) for index in range(len(prompts))]
@@ -118,8 +122,10 @@ def test_token_trees_are_refused_at_start(tiny_ggufs):
 
 
 def test_a_gguf_draft_with_tree_verification_is_refused_at_start(tiny_ggufs, tiny_pair_paths):
-    config = SpecdecConfig(model={"target_path": str(tiny_pair_paths.target), "draft_path": str(tiny_ggufs.draft), "draft_method": "gguf"},
-                           speculative={"verification": "tree"})
+    config = SpecdecConfig(
+        model={"target_path": str(tiny_pair_paths.target), "draft_path": str(tiny_ggufs.draft), "draft_method": "gguf"},
+        speculative={"verification": "tree"},
+    )
     with pytest.raises(SpecdecError, match="model.draft_path: a llama.cpp model verifies and drafts chains only"):
         build_generator(config)
 

@@ -15,36 +15,50 @@ from specdec.make_draft import hf_vocab, make_draft
 
 GPT2 = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 DIGITS = {"type": "Digits", "individual_digits": True}
-LLAMA3 = {"type": "Sequence", "pretokenizers": [
-    {"type": "Split", "pattern": {"Regex": hf_vocab._LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
-    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
+LLAMA3 = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": hf_vocab._LLAMA3_REGEX}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+    ],
+}
 
 
-@pytest.mark.parametrize("pre,name", [
-    (GPT2, "gpt-2"),
-    ({"type": "Sequence", "pretokenizers": [DIGITS, GPT2]}, "smollm"),
-    (LLAMA3, "llama-bpe"),
-], ids=["gpt-2", "smollm", "llama-bpe"])
+@pytest.mark.parametrize(
+    "pre,name",
+    [
+        (GPT2, "gpt-2"),
+        ({"type": "Sequence", "pretokenizers": [DIGITS, GPT2]}, "smollm"),
+        (LLAMA3, "llama-bpe"),
+    ],
+    ids=["gpt-2", "smollm", "llama-bpe"],
+)
 def test_the_pre_tokenizer_is_named_from_its_rules(pre, name):
     assert hf_vocab._pre_tokenizer_name({"pre_tokenizer": pre}) == name
 
 
-@pytest.mark.parametrize("pre", [
-    {"type": "Metaspace", "replacement": "▁"},
-    {"type": "ByteLevel", "use_regex": False},  # no splitting at all: no llama.cpp rule does that
-    {**GPT2, "add_prefix_space": True},
-    {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": False}, GPT2]},
-])
+@pytest.mark.parametrize(
+    "pre",
+    [
+        {"type": "Metaspace", "replacement": "▁"},
+        {"type": "ByteLevel", "use_regex": False},  # no splitting at all: no llama.cpp rule does that
+        {**GPT2, "add_prefix_space": True},
+        {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": False}, GPT2]},
+    ],
+)
 def test_an_unknown_pre_tokenizer_is_refused(pre):
     with pytest.raises(DraftConversionError, match="unsupported pre-tokenizer"):
         hf_vocab._pre_tokenizer_name({"pre_tokenizer": pre})
 
 
-@pytest.mark.parametrize("spec,message", [
-    ({"model": {"type": "Unigram"}, "normalizer": None}, "unsupported tokenizer"),
-    ({"model": {"type": "BPE"}, "normalizer": {"type": "NFC"}}, "unsupported tokenizer"),
-    (None, "no tokenizer.json"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"model": {"type": "Unigram"}, "normalizer": None}, "unsupported tokenizer"),
+        ({"model": {"type": "BPE"}, "normalizer": {"type": "NFC"}}, "unsupported tokenizer"),
+        (None, "no tokenizer.json"),
+    ],
+)
 def test_tokenizers_other_than_byte_level_bpe_are_refused(tmp_path, spec, message):
     if spec is not None:
         (tmp_path / "tokenizer.json").write_text(json.dumps(spec))

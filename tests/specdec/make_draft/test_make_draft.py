@@ -18,8 +18,12 @@ from specdec.make_draft import hf_gguf, make_draft
 from specdec.make_draft.hf_vocab import SAMPLE_TEXTS
 
 TYPES = ["f32", "f16", "q8_0", "q4_0"]
-WEIGHT_TYPE = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
-               "q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}
+WEIGHT_TYPE = {
+    "f32": gguf.GGMLQuantizationType.F32,
+    "f16": gguf.GGMLQuantizationType.F16,
+    "q8_0": gguf.GGMLQuantizationType.Q8_0,
+    "q4_0": gguf.GGMLQuantizationType.Q4_0,
+}
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time there was a little house"
 
 
@@ -38,8 +42,15 @@ def hf_logits(tiny_target):
 
 def _llama_logits(path, ids) -> np.ndarray:  # [len(ids), vocab]
     # float32 KV cache: llama.cpp's default float16 cache alone moves logits by ~1e-3.
-    llama = llama_cpp.Llama(model_path=str(path), n_ctx=128, logits_all=True, n_threads=1, verbose=False,
-                            type_k=llama_cpp.GGML_TYPE_F32, type_v=llama_cpp.GGML_TYPE_F32)
+    llama = llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=128,
+        logits_all=True,
+        n_threads=1,
+        verbose=False,
+        type_k=llama_cpp.GGML_TYPE_F32,
+        type_v=llama_cpp.GGML_TYPE_F32,
+    )
     try:
         llama.eval(ids)
         return np.array(llama.scores[: len(ids)])

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from specdec.serving.config import DraftMethod, Verification, load_config
 from specdec.errors import SpecdecError
+from specdec.serving.config import DraftMethod, Verification, load_config
 
 SEED_YAML = """\
 model: {target_path: /models/target-model, draft_path: /models/draft-model}
@@ -136,9 +136,13 @@ def test_every_setting_is_in_the_configuration_reference_table():
     from specdec.serving.config import SpecdecConfig
 
     readme = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text(encoding="utf-8")
-    table = readme[readme.index("## Configuration reference"):readme.index("### Memory plan")]
-    missing = [f"{section}.{name}" for section, field in SpecdecConfig.model_fields.items()
-               for name in field.annotation.model_fields if f"`{section}.{name}`" not in table]
+    table = readme[readme.index("## Configuration reference") : readme.index("### Memory plan")]
+    missing = [
+        f"{section}.{name}"
+        for section, field in SpecdecConfig.model_fields.items()
+        for name in field.annotation.model_fields
+        if f"`{section}.{name}`" not in table
+    ]
     assert not missing, f"document these settings in docs/configuration.md: {missing}"
 
 

@@ -5,10 +5,10 @@ no gateway left logging uvicorn's bind error."""
 from __future__ import annotations
 
 import pytest
-
-from specdec.cli.processes import free_port
 from port_support import bare_listener, finished, grpc_occupant, http_ready_occupant
 from service_support import spawn_service
+
+from specdec.cli.processes import free_port
 
 EXIT_TIMEOUT_S = 90  # torch's import on 2 busy cores; the refusal comes before any model loads
 
@@ -41,8 +41,9 @@ def test_a_service_refuses_a_grpc_port_another_grpc_server_holds(service, tiny_p
 def test_a_service_refuses_a_busy_metrics_port_without_a_traceback(tiny_pair_paths):
     metrics_port = free_port()
     with bare_listener(metrics_port):
-        process = spawn_service("draft", *_model_flags("draft", tiny_pair_paths), "--port", str(free_port()),
-                                "--metrics-port", str(metrics_port))
+        process = spawn_service(
+            "draft", *_model_flags("draft", tiny_pair_paths), "--port", str(free_port()), "--metrics-port", str(metrics_port)
+        )
         status, output = finished(process, EXIT_TIMEOUT_S)
     _assert_refused_in_one_line(status, output, f"draft service metrics: cannot listen on 127.0.0.1:{metrics_port}: the port is in use")
 

@@ -33,9 +33,17 @@ class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
                 for scope in resource_spans.scope_spans:
                     for span in scope.spans:
                         attributes = {a.key: _value(a.value) for a in span.attributes}
-                        self.spans.append({"service": service, "name": span.name, "trace": span.trace_id.hex(), "id": span.span_id.hex(),
-                                           "parent": span.parent_span_id.hex(), "attributes": attributes,
-                                           "events": [event.name for event in span.events]})
+                        self.spans.append(
+                            {
+                                "service": service,
+                                "name": span.name,
+                                "trace": span.trace_id.hex(),
+                                "id": span.span_id.hex(),
+                                "parent": span.parent_span_id.hex(),
+                                "attributes": attributes,
+                                "events": [event.name for event in span.events],
+                            }
+                        )
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -57,20 +65,43 @@ def receiver():
 @pytest.fixture(scope="module")
 def traced_stack(receiver, tiny_pair_paths, tmp_path_factory):
     _, otlp_port = receiver
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
-           "OTEL_BSP_SCHEDULE_DELAY": "200", "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
-           # A generous round deadline: on a loaded host one slow block made the request fall back, and the trace lacked the draft's spans.
-           "SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000"}
+    env = {
+        **os.environ,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "HF_HUB_OFFLINE": "1",
+        "TQDM_DISABLE": "1",
+        "OMP_NUM_THREADS": "1",
+        # A generous round deadline: on a loaded host one slow block made the request fall back, and the trace lacked the draft's spans.
+        "SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000",
+    }
     ports = {name: free_port() for name in ("draft", "verify", "gateway")}
     logs = tmp_path_factory.mktemp("traced")
     commands = {
         "draft": ["draft", "--draft", str(tiny_pair_paths.draft), "--port", str(ports["draft"]), "--metrics-port", "0"],
-        "verify": ["verify", "--target", str(tiny_pair_paths.target), "--port", str(ports["verify"]), "--metrics-port", "0",
-                   "--draft-endpoint", f"127.0.0.1:{ports['draft']}"],
+        "verify": [
+            "verify",
+            "--target",
+            str(tiny_pair_paths.target),
+            "--port",
+            str(ports["verify"]),
+            "--metrics-port",
+            "0",
+            "--draft-endpoint",
+            f"127.0.0.1:{ports['draft']}",
+        ],
         "gateway": ["gateway", "--port", str(ports["gateway"]), "--verify-endpoint", f"127.0.0.1:{ports['verify']}"],
     }
-    processes = [subprocess.Popen([sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1"], env=env,
-                                  stdout=(logs / f"{name}.log").open("w"), stderr=subprocess.STDOUT) for name, args in commands.items()]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "specdec.cli", "serve", *args, "--host", "127.0.0.1"],
+            env=env,
+            stdout=(logs / f"{name}.log").open("w"),
+            stderr=subprocess.STDOUT,
+        )
+        for name, args in commands.items()
+    ]
     url = f"http://127.0.0.1:{ports['gateway']}"
     try:
         deadline = time.monotonic() + 90
@@ -115,8 +146,15 @@ def test_one_request_is_one_trace_across_gateway_verify_and_draft(receiver, trac
     rounds = [span for span in spans if span["name"] == "speculative.round"]
     assert rounds and all(span["parent"] == generate["id"] for span in rounds)
     assert sum(span["attributes"]["specdec.accepted"] for span in rounds) == reply["speculative"]["accepted_tokens"]
-    assert {"specdec.round", "specdec.k", "specdec.drafted", "specdec.draft_ms", "specdec.target_ms", "specdec.transport_ms",
-            "specdec.fallback"} <= set(rounds[0]["attributes"])
+    assert {
+        "specdec.round",
+        "specdec.k",
+        "specdec.drafted",
+        "specdec.draft_ms",
+        "specdec.target_ms",
+        "specdec.transport_ms",
+        "specdec.fallback",
+    } <= set(rounds[0]["attributes"])
     proposes = [span for span in spans if span["name"] == "draft.propose"]
     assert len(proposes) >= reply["speculative"]["rounds"]
     for propose in proposes:  # draft.propose -> draft server span -> verify's Propose client span
@@ -134,8 +172,11 @@ def _wait_for_trace(receiver: _Receiver, marker, complete=lambda spans: True, ti
                 spans = [span for span in receiver.spans if span["trace"] == trace_id]
                 ids = {span["id"] for span in spans}
                 # Complete once every parent has arrived too (parents end, and export, after children).
-                if (any(not span["parent"] for span in spans) and all(not span["parent"] or span["parent"] in ids for span in spans)
-                        and complete(spans)):
+                if (
+                    any(not span["parent"] for span in spans)
+                    and all(not span["parent"] or span["parent"] in ids for span in spans)
+                    and complete(spans)
+                ):
                     return spans
         time.sleep(0.2)
     raise AssertionError(f"no complete trace received; got {[(s['service'], s['name'], s['parent']) for s in receiver.spans]}")
@@ -146,8 +187,11 @@ def test_service_logs_are_json_lines_with_trace_ids_and_an_audit_line_without_co
 
     url, logs = traced_stack
     secret_prompt = "my secret prompt text"
-    httpx.post(f"{url}/v1/chat/completions", json={"model": "target", "messages": [{"role": "user", "content": secret_prompt}],
-                                                    "max_tokens": 4}, timeout=30).raise_for_status()
+    httpx.post(
+        f"{url}/v1/chat/completions",
+        json={"model": "target", "messages": [{"role": "user", "content": secret_prompt}], "max_tokens": 4},
+        timeout=30,
+    ).raise_for_status()
     time.sleep(0.5)
     lines = [line for line in (logs / "gateway.log").read_text().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]  # every line is one JSON object, uvicorn's access log included
@@ -172,8 +216,15 @@ def test_json_formatter_is_one_object_per_line():
 def test_access_lines_keep_the_path_and_drop_the_query_string():
     from specdec.serving.telemetry import PathsOnly
 
-    record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
-                               ("127.0.0.1:5000", "GET", "/v1/models?api_key=sk-secret&x=1", "1.1", 401), None)
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", "/v1/models?api_key=sk-secret&x=1", "1.1", 401),
+        None,
+    )
     assert PathsOnly().filter(record)
     assert record.getMessage() == '127.0.0.1:5000 - "GET /v1/models HTTP/1.1" 401'
 

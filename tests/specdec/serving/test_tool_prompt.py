@@ -21,7 +21,8 @@ TOOLS_TEMPLATE = (
     "{% for call in message.tool_calls or [] %}"
     "CALL {{ call.function.name }} {{ call.function.arguments | tojson }} ID {{ call.id }}{% endfor %}"
     "{% if message.tool_call_id %}RESULT FOR {{ message.tool_call_id }}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def rendered_text(tokenizer, turns, tools) -> str:

@@ -7,9 +7,10 @@ import math
 import pytest
 import torch
 
-from specdec.drafters import DraftBlock
+from specdec.drafters.base import DraftBlock
 from specdec.enums import AcceptanceMode, TokenSource
 from specdec.errors import InvalidRequestError
+from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, densify
 from specdec.serving.rpc.convert import (
     acceptance_from_proto,
     acceptance_to_proto,
@@ -19,8 +20,6 @@ from specdec.serving.rpc.convert import (
     sampling_to_proto,
     vocab_fingerprint,
 )
-from specdec.drafters.base import DraftBlock
-from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, densify
 from specdec.v1 import common_pb2
 
 VOCAB = 16
@@ -159,8 +158,9 @@ def test_unset_sampling_fields_take_defaults():
     assert sampling_from_proto(common_pb2.SamplingParams(temperature=0.0)).is_greedy
 
 
-@pytest.mark.parametrize("fields,name", [({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"),
-                                         ({"top_k": -1}, "top_k"), ({"min_p": 1.5}, "min_p")])
+@pytest.mark.parametrize(
+    "fields,name", [({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"top_k": -1}, "top_k"), ({"min_p": 1.5}, "min_p")]
+)
 def test_invalid_sampling_names_the_field(fields, name):
     with pytest.raises(InvalidRequestError) as caught:
         sampling_from_proto(common_pb2.SamplingParams(**fields))
@@ -206,8 +206,15 @@ def test_candidate_sources_round_trip_and_default_to_the_draft_model():
     assert block_from_proto(unspecified, VOCAB, needs_draft_probs=False).sources == (draft,)
 
 
-@pytest.mark.parametrize("sources", [[common_pb2.TOKEN_SOURCE_LOOKUP], [common_pb2.TOKEN_SOURCE_DRAFT] * 3,
-                                     [common_pb2.TOKEN_SOURCE_DRAFT, common_pb2.TOKEN_SOURCE_TARGET], [common_pb2.TOKEN_SOURCE_DRAFT, 99]])
+@pytest.mark.parametrize(
+    "sources",
+    [
+        [common_pb2.TOKEN_SOURCE_LOOKUP],
+        [common_pb2.TOKEN_SOURCE_DRAFT] * 3,
+        [common_pb2.TOKEN_SOURCE_DRAFT, common_pb2.TOKEN_SOURCE_TARGET],
+        [common_pb2.TOKEN_SOURCE_DRAFT, 99],
+    ],
+)
 def test_sources_must_be_one_drafters_source_per_candidate(sources):
     message = common_pb2.CandidateBlock(token_ids=[5, 7], sources=sources)
     with pytest.raises(InvalidRequestError) as caught:

@@ -25,9 +25,15 @@ def _name(common_name: str) -> x509.Name:
 
 def _certificate(subject: str, key, issuer: str, issuer_key, extensions) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1)))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+    )
     for extension, critical in extensions:
         builder = builder.add_extension(extension, critical=critical)
     return builder.sign(issuer_key, hashes.SHA256())
@@ -35,8 +41,7 @@ def _certificate(subject: str, key, issuer: str, issuer_key, extensions) -> x509
 
 def _write(directory: Path, stem: str, key, certificate: x509.Certificate) -> tuple[str, str]:
     key_path, cert_path = directory / f"{stem}.key", directory / f"{stem}.crt"
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
     cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
     return str(cert_path), str(key_path)
 
@@ -46,25 +51,59 @@ def certs(tmp_path_factory) -> dict[str, str]:
     """A throwaway CA, a server certificate for localhost / 127.0.0.1 and a client certificate."""
     directory = tmp_path_factory.mktemp("tls")
     ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = _certificate("specdec test CA", ca_key, "specdec test CA", ca_key, [
-        (x509.BasicConstraints(ca=True, path_length=None), True),
-        (x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                       key_encipherment=False, data_encipherment=False, key_agreement=False,
-                       encipher_only=False, decipher_only=False), True),
-    ])
-    server = _certificate("localhost", server_key, "specdec test CA", ca_key, [
-        (x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False),
-        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
-    ])
-    client = _certificate("specdec client", client_key, "specdec test CA", ca_key, [
-        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False),
-    ])
+    ca = _certificate(
+        "specdec test CA",
+        ca_key,
+        "specdec test CA",
+        ca_key,
+        [
+            (x509.BasicConstraints(ca=True, path_length=None), True),
+            (
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                True,
+            ),
+        ],
+    )
+    server = _certificate(
+        "localhost",
+        server_key,
+        "specdec test CA",
+        ca_key,
+        [
+            (x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        ],
+    )
+    client = _certificate(
+        "specdec client",
+        client_key,
+        "specdec test CA",
+        ca_key,
+        [
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+        ],
+    )
     ca_file = directory / "ca.crt"
     ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     server_cert, server_key_file = _write(directory, "server", server_key, server)
     client_cert, client_key_file = _write(directory, "client", client_key, client)
-    return {"ca_file": str(ca_file), "cert_file": server_cert, "key_file": server_key_file,
-            "client_cert_file": client_cert, "client_key_file": client_key_file}
+    return {
+        "ca_file": str(ca_file),
+        "cert_file": server_cert,
+        "key_file": server_key_file,
+        "client_cert_file": client_cert,
+        "client_key_file": client_key_file,
+    }
 
 
 async def _construct(server_class, config, address):
@@ -90,8 +129,10 @@ def tls_verify_server(service_loop, tiny_target, certs, tls_draft_server):
     from verify_service.server import VerifyServer
 
     # One tls section: the server side (cert, key, CA for client certs) and the client side towards the draft.
-    config = SpecdecConfig(tls={**certs, "require_client_auth": True},
-                           verify_service={"draft_endpoint": f"localhost:{tls_draft_server.port}", "max_sessions": 4})
+    config = SpecdecConfig(
+        tls={**certs, "require_client_auth": True},
+        verify_service={"draft_endpoint": f"localhost:{tls_draft_server.port}", "max_sessions": 4},
+    )
     server = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
     service_loop.run(server.start(tiny_target))
     yield server
@@ -150,8 +191,10 @@ def test_gateway_reaches_verify_over_mtls_and_is_refused_without_its_certificate
     from conftest import GatewayThread
 
     client_side = _client_tls(certs, with_client_cert).model_dump()
-    config = SpecdecConfig(serving={"verify_endpoint": f"localhost:{tls_verify_server.port}", "served_model_name": "target",
-                                    "upstream_connect_timeout_s": 2}, tls=client_side)
+    config = SpecdecConfig(
+        serving={"verify_endpoint": f"localhost:{tls_verify_server.port}", "served_model_name": "target", "upstream_connect_timeout_s": 2},
+        tls=client_side,
+    )
     gateway = GatewayThread(config)
     try:
         body = {"model": "target", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -168,6 +211,7 @@ def test_gateway_reaches_verify_over_mtls_and_is_refused_without_its_certificate
 
 
 # --- `specdec healthcheck` (the container probe) against TLS services --------------------------------------
+
 
 def _healthcheck(role: str, port: int, tls: dict, tmp_path: Path, *flags: str) -> int:
     """The probe as a container runs it: the service's own settings from its config file."""
@@ -234,10 +278,16 @@ def test_healthcheck_presents_the_services_own_certificate_without_a_client_one(
 
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca = _certificate("probe CA", ca_key, "probe CA", ca_key, [(x509.BasicConstraints(ca=True, path_length=None), True)])
-    both = _certificate("localhost", key, "probe CA", ca_key, [
-        (x509.SubjectAlternativeName([x509.DNSName("localhost")]), False),
-        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
-    ])
+    both = _certificate(
+        "localhost",
+        key,
+        "probe CA",
+        ca_key,
+        [
+            (x509.SubjectAlternativeName([x509.DNSName("localhost")]), False),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+        ],
+    )
     (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     cert_file, key_file = _write(tmp_path, "draft", key, both)
     tls = {"cert_file": cert_file, "key_file": key_file, "ca_file": str(tmp_path / "ca.crt"), "require_client_auth": True}
@@ -255,8 +305,10 @@ def test_healthcheck_loads_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from specdec.cli import main; "
-            "rc = main(['healthcheck', 'draft', '--address', '127.0.0.1:1', '--timeout', '1']); "
-            "print(rc, sorted(name for name in ('torch', 'transformers') if name in sys.modules))")
+    code = (
+        "import sys; from specdec.cli import main; "
+        "rc = main(['healthcheck', 'draft', '--address', '127.0.0.1:1', '--timeout', '1']); "
+        "print(rc, sorted(name for name in ('torch', 'transformers') if name in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.split("\n")[-2] == "1 []", result.stdout + result.stderr
