@@ -12,7 +12,8 @@ import httpx
 import pytest
 from service_support import CHAT, assert_openai_error
 
-from gateway.tool_protocol import MAX_TOOL_SCHEMA_CHARS, MAX_TOOLS
+from gateway.tool_protocol import MAX_TOOL_SCHEMA_CHARS
+from specdec.limits import MAX_TOOLS
 
 HEALTH_WITHIN_S = 0.5
 ASK = [{"role": "user", "content": "hi"}]
