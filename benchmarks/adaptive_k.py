@@ -21,8 +21,8 @@ from pair_args import pair_parser
 from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
+from specdec.engines.hf import load_model
 from specdec.generation import SpeculativeGenerator
-from specdec.models import load_model
 from specdec.prompts import encode_chat
 from specdec.request import GenerationRequest, GenerationStats
 from specdec.sampling import SamplingParams

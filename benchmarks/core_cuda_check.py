@@ -25,9 +25,9 @@ from specdec.batching import BatchedRunner
 from specdec.batching.packed_forward import PackedRow, model_parts, packed_forward
 from specdec.cli.tiny_pair import make_tiny_pair
 from specdec.drafters import ModelDrafter, NgramDrafter, layer_skip_drafter
+from specdec.engines.hf import LoadedModel, load_model
 from specdec.generation import SpeculativeGenerator
 from specdec.kv_cache import CachedSequence
-from specdec.models import LoadedModel, load_model
 from specdec.noise import keyed_gumbel
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams, processed_probs, sparse_top_k

@@ -24,8 +24,8 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from specdec.drafters import layer_skip_drafter
+from specdec.engines.hf import LoadedModel
 from specdec.generation import SpeculativeGenerator
-from specdec.models import LoadedModel
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 

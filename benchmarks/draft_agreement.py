@@ -26,10 +26,10 @@ from specdec.cli.bench import DEFAULT_PROMPTS, load_prompts
 from specdec.default_models import pair_or_default
 from specdec.drafters.gguf import GgufDrafter
 from specdec.drafters.ngram import lookup_continuation
+from specdec.engines.gguf_model import GgufOptions, load_gguf
+from specdec.engines.hf import load_model
 from specdec.engines.llama_cpp import GgufSequence
-from specdec.gguf_model import GgufOptions, load_gguf
 from specdec.kv_cache import CachedSequence, PrefixCache
-from specdec.models import load_model
 from specdec.prompts import encode_chat
 
 DISTILLED = "distilled draft"

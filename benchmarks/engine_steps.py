@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from specdec.default_models import default_draft_gguf, ensure_default_target, models_dir
+from specdec.engines.hf import load_model
 from specdec.engines.llama_cpp import LlamaCppSettings, load_llama_cpp_target
 from specdec.make_draft import make_draft
-from specdec.models import load_model
 from specdec.prompts import encode_chat
 
 CONTEXT = "Explain, in a few paragraphs, how a bicycle's gears make it easier to ride up a hill."

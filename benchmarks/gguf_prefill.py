@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from specdec.default_models import ensure_default_target, models_dir
-from specdec.gguf_model import GgufOptions, GgufRow, load_gguf
-from specdec.models import load_model
+from specdec.engines.gguf_model import GgufOptions, GgufRow, load_gguf
+from specdec.engines.hf import load_model
 
 _SHORT_CONTEXT = 32
 

@@ -17,8 +17,8 @@ from specdec.cli.bench import DEFAULT_PROMPTS
 from specdec.default_models import pair_or_default
 from specdec.drafters import ModelDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
+from specdec.engines.hf import load_model
 from specdec.generation import SpeculativeGenerator
-from specdec.models import load_model
 from specdec.prompts import encode_chat
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams

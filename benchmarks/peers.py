@@ -229,8 +229,8 @@ def main() -> None:
     parser.add_argument("--no-default-stack", action="store_true", help="only the --specdec stacks")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    from specdec.engines.hf import load_tokenizer
     from specdec.make_draft import make_draft
-    from specdec.models import load_tokenizer
 
     hf_dir = ensure_default_target(models_dir())
     bf16 = models_dir() / f"{hf_dir.name}-bf16.gguf"

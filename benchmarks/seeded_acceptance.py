@@ -109,7 +109,7 @@ def main() -> None:
 
     import torch
 
-    from specdec.engine import build_generator
+    from specdec.assembly import build_generator
     from specdec.prompts import encode_chat
     from specdec.request import GenerationRequest
     from specdec.sampling import SamplingParams

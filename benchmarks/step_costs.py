@@ -24,8 +24,8 @@ import torch
 from pair_args import pair_parser
 
 from specdec.default_models import pair_or_default
+from specdec.engines.hf import load_model
 from specdec.kv_cache import CachedSequence
-from specdec.models import load_model
 from specdec.prompts import encode_chat
 
 CONTEXT = "Explain, in a few paragraphs, how a bicycle's gears make it easier to ride up a hill."

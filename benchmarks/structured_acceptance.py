@@ -22,9 +22,9 @@ from specdec.constraints.grammars import json_schema_grammar
 from specdec.default_models import default_draft_gguf, ensure_default_target, models_dir
 from specdec.drafters.base import DraftRequest
 from specdec.drafters.gguf import GgufDrafter
+from specdec.engines.gguf_model import GgufOptions, load_gguf
+from specdec.engines.hf import load_model
 from specdec.generation import SpeculativeGenerator
-from specdec.gguf_model import GgufOptions, load_gguf
-from specdec.models import load_model
 from specdec.prompts import encode_chat
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams

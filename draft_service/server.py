@@ -7,8 +7,8 @@ import logging
 import time
 
 from draft_service.servicer import DraftServicer, LoadedDrafter
+from specdec.assembly import load_draft_side
 from specdec.batching.service import service_batching
-from specdec.engine import load_draft_side
 from specdec.memory_plan import ensure_fits
 from specdec.serving.config import SpecdecConfig
 from specdec.serving.metrics import DraftMetrics
@@ -59,10 +59,10 @@ class DraftServer:
 def _load(config: SpecdecConfig) -> LoadedDrafter:
     ensure_fits(config, "draft")
     started = time.perf_counter()
-    drafter, model = load_draft_side(config)
-    memory = model.describe_memory() if model is not None else "no weights"
-    log.info("loaded %s drafter in %.1fs (%s)", drafter.name, time.perf_counter() - started, memory)
-    return LoadedDrafter(drafter, model)
+    side = load_draft_side(config)
+    memory = side.model.describe_memory() if side.model is not None else "no weights"
+    log.info("loaded %s drafter in %.1fs (%s)", side.drafter.name, time.perf_counter() - started, memory)
+    return LoadedDrafter(side.drafter, side.model)
 
 
 def create_server(address: str, config: SpecdecConfig | None = None) -> tuple[DraftServer, int]:

@@ -17,10 +17,10 @@ from specdec.constraints.grammars import check_grammar_size
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
+from specdec.engines.hf import LoadedModel
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
-from specdec.models import LoadedModel
 from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import DraftMetrics
 from specdec.serving.pacing import KeyedRefusalPacing

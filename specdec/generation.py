@@ -15,10 +15,10 @@ from specdec.batching import SequenceRunner
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.prediction import with_prediction
+from specdec.engines.hf import LoadedModel
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import DraftUnavailableError
 from specdec.load_policy import LoadAwareSpeculation
-from specdec.models import LoadedModel
 from specdec.output import GenerationChunk
 from specdec.request import GenerationRequest, GenerationStats
 from specdec.target_session import TargetSession

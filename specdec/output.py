@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specdec.engines.hf import LoadedModel
 from specdec.enums import TokenSource
-from specdec.models import LoadedModel
 from specdec.request import GenerationRequest
 from specdec.text import IncrementalDetokenizer, StopStringMatcher
 

@@ -18,10 +18,10 @@ from specdec.batching import SequenceRunner
 from specdec.constraints.masking import mask_logits
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock
+from specdec.engines.hf import LoadedModel
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import InvalidRequestError, check_token_ids
 from specdec.min_tokens import MinTokensMask
-from specdec.models import LoadedModel
 from specdec.output import GenerationChunk, OutputTracker, RoundInfo, token_logprobs
 from specdec.penalties import LogitsTransform, path_rows
 from specdec.request import GenerationRequest

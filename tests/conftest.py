@@ -75,14 +75,14 @@ def tiny_gguf_draft(tiny_ggufs):
 
 @pytest.fixture(scope="session")
 def tiny_target(tiny_pair_paths):
-    from specdec.models import load_model
+    from specdec.engines.hf import load_model
 
     return load_model(tiny_pair_paths.target, device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="session")
 def tiny_draft(tiny_pair_paths):
-    from specdec.models import load_model
+    from specdec.engines.hf import load_model
 
     return load_model(tiny_pair_paths.draft, device="cpu", dtype="float32")
 

@@ -17,7 +17,7 @@ def write_llama_gguf(hf_dir: str | Path, out: str | Path) -> Path:
 
 def load_draft_gguf(path: str | Path, threads: int = 1, context_tokens: int = 4096, max_sequences: int = 8):
     """A GgufModel for tests: one thread (the suite runs on 2 cores), a small shared cache."""
-    from specdec.gguf_model import GgufOptions, load_gguf
+    from specdec.engines.gguf_model import GgufOptions, load_gguf
 
     return load_gguf(path, GgufOptions(threads=threads, context_tokens=context_tokens, max_sequences=max_sequences, device="cpu"))
 

@@ -145,20 +145,20 @@ def test_a_core_module_importing_a_service_is_reported_and_the_cli_is_not(fake_t
     assert upward_imports(import_graph(root)) == ["specdec.core -> verify_service.server"]
 
 
-# Where transformers' loader may be called directly: the hf engine's loader, draft models (specdec.engine),
+# Where transformers' loader may be called directly: the hf engine's loader, draft models (specdec.draft_methods),
 # distillation's teacher and the transformers-only `bench --hf` baseline. Targets are loaded through
 # specdec.engines.load_engine, whatever their engine.
-DIRECT_MODEL_LOADERS = ("specdec.engines", "specdec.engine", "specdec.distill.run", "specdec.cli.bench_hf")
+DIRECT_MODEL_LOADERS = ("specdec.engines", "specdec.draft_methods", "specdec.distill.run", "specdec.cli.bench_hf")
 
 
 def direct_model_loaders(root: Path = ROOT) -> list[str]:
-    """Modules that import specdec.models.load_model by name."""
+    """Modules that import specdec.engines.hf.load_model by name."""
     found = []
     for name, path in module_files(root).items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (
                 isinstance(node, ast.ImportFrom)
-                and node.module == "specdec.models"
+                and node.module == "specdec.engines.hf"
                 and any(alias.name == "load_model" for alias in node.names)
             ):
                 found.append(name)
@@ -168,11 +168,14 @@ def direct_model_loaders(root: Path = ROOT) -> list[str]:
 def test_targets_are_loaded_through_the_engine_interface():
     graph = import_graph()
     assert [name for name in direct_model_loaders() if name not in DIRECT_MODEL_LOADERS] == []
-    assert "specdec.engines" in graph["verify_service.server"] and "specdec.engines" in graph["specdec.engine"]
+    assert "specdec.engines" in graph["verify_service.server"] and "specdec.engines" in graph["specdec.assembly"]
 
 
 def test_a_service_loading_its_target_with_transformers_directly_is_reported(fake_tree):
     root = fake_tree(
-        {"specdec/models.py": "def load_model(): ...\n", "verify_service/server.py": "from specdec.models import LoadedModel, load_model\n"}
+        {
+            "specdec/engines/hf.py": "def load_model(): ...\n",
+            "verify_service/server.py": ("from specdec.engines.hf import LoadedModel, load_model\n"),
+        }
     )
     assert direct_model_loaders(root) == ["verify_service.server"]

@@ -8,8 +8,7 @@ import time
 
 import grpc
 
-from specdec.engine import check_tree_support
-from specdec.engines import TargetModel, load_engine
+from specdec.engines import TargetModel, check_tree_support, load_engine
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits
 from specdec.serving.config import SpecdecConfig

@@ -28,7 +28,7 @@ class HfRun:
 
 
 def run_hf_baseline(prompts: list, target_path: str, draft_path: str, max_tokens: int, temperature: float, bar=None) -> dict:
-    from specdec.models import check_vocab_compatible, load_model
+    from specdec.engines.hf import check_vocab_compatible, load_model
     from specdec.prompts import encode_chat
 
     target, draft = load_model(target_path), load_model(draft_path)

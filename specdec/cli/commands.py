@@ -59,7 +59,7 @@ def generate(args: argparse.Namespace) -> int:
         **config.speculative.tree_request_fields(),
         **({"seed": args.seed} if args.seed is not None else {}),
     )
-    from specdec.engine import build_generator
+    from specdec.assembly import build_generator
     from specdec.prompts import encode_prompt
 
     generator = build_generator(config)

@@ -11,6 +11,9 @@ from pydantic import ValidationError
 from specdec.cli.flags import flag_for, name_flags
 from specdec.cli.restarts import CRASH_LIMIT, CRASH_WINDOW_S, FIRST_DELAY_S, MAX_DELAY_S
 from specdec.errors import SpecdecError, describe_validation_error
+from specdec.serving.config import DraftMethod
+
+DRAFT_METHOD_CHOICES = [method.value for method in DraftMethod]  # each has its row in specdec.draft_methods
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     plan.add_argument("--target")
     plan.add_argument("--draft")
-    plan.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
+    plan.add_argument("--draft-method", choices=DRAFT_METHOD_CHOICES)
     plan.add_argument("--layer-skip-layers", type=int)
     plan.add_argument("--draft-quantization", choices=["int8"])
     plan.add_argument("--device")
@@ -68,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tiny", action="store_true", help="the tiny random pair instead of the default: starts in seconds, for trying the plumbing"
     )
     up.add_argument("--draft", help="draft model")
-    up.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
+    up.add_argument("--draft-method", choices=DRAFT_METHOD_CHOICES)
     up.add_argument(
         "--gguf-threads", type=int, help="llama.cpp threads of a gguf draft (default: the default pair's tuning, else one per core)"
     )
@@ -108,7 +111,7 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     gen.add_argument("--target", help="target model: HF directory, .gguf file or hub id")
     gen.add_argument("--draft", help="draft model (for --draft-method model)")
-    gen.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
+    gen.add_argument("--draft-method", choices=DRAFT_METHOD_CHOICES)
     gen.add_argument("--layer-skip-layers", type=int, help="target layers the layer_skip draft keeps")
     gen.add_argument("--draft-quantization", choices=["int8"], help="weight-only int8 draft")
     _add_gguf_flags(gen)
@@ -213,7 +216,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     draft = serve.add_parser("draft", help="the draft service (gRPC, default port 50051)")
     draft.add_argument("--draft", help="draft model (for --draft-method model)")
     draft.add_argument("--target", help="target model (for --draft-method layer_skip: its first layers are the draft)")
-    draft.add_argument("--draft-method", choices=["model", "layer_skip", "ngram", "gguf"])
+    draft.add_argument("--draft-method", choices=DRAFT_METHOD_CHOICES)
     draft.add_argument("--layer-skip-layers", type=int)
     draft.add_argument("--draft-quantization", choices=["int8"])
     _add_gguf_flags(draft)

@@ -21,8 +21,8 @@ from specdec.distill.card import write_model_card
 from specdec.distill.data import TeacherDataOptions, generate_teacher_data, load_shards
 from specdec.distill.student import build_student, choose_vocabulary, coverage
 from specdec.distill.train import TrainOptions, train_student
+from specdec.engines.hf import LoadedModel, load_model
 from specdec.errors import SpecdecError
-from specdec.models import LoadedModel, load_model
 
 log = logging.getLogger(__name__)
 

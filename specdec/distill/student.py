@@ -12,7 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specdec.distill.data import TeacherSequence
-from specdec.drafters.reduced_vocab import ReducedVocabLlamaConfig, ReducedVocabLlamaForCausalLM
+from specdec.engines.reduced_vocab import ReducedVocabLlamaConfig, ReducedVocabLlamaForCausalLM
 
 
 def choose_vocabulary(sequences: list[TeacherSequence], size: int, always: list[int], target_vocab_size: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from specdec.distill.data import TeacherSequence
-from specdec.drafters.reduced_vocab import ReducedVocabLlamaForCausalLM
+from specdec.engines.reduced_vocab import ReducedVocabLlamaForCausalLM
 from specdec.errors import SpecdecError
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ coupled drafting are the same functions. Only the cache differs: a `GgufSequence
 tail of its KV cells, with the steps of all sessions batched into one `llama_decode`.
 
 Token trees: a llama.cpp sequence holds a chain, so `verification: tree` with this drafter is refused at start
-(engine.py); a tree session that another configuration opens gets chains (a tree of one branch).
+(draft_methods.py); a tree session that another configuration opens gets chains (a tree of one branch).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from specdec.batching import BatchingOptions
 from specdec.batching.scheduler import BatchScheduler
 from specdec.drafters.base import DraftRequest
 from specdec.drafters.model import INITIAL_DRAFT_ROOM, ModelDraftSession
+from specdec.engines.gguf_model import GgufModel
+from specdec.engines.hf import vocab_difference
 from specdec.engines.llama_cpp import GgufRunner
 from specdec.errors import IncompatibleVocabularyError
-from specdec.gguf_model import GgufModel
-from specdec.models import vocab_difference
 
 
 class GgufDrafter:

@@ -2,7 +2,7 @@
 
 | engine | module | loads |
 |---|---|---|
-| hf | specdec.models (transformers) | a Hugging Face directory, a hub id, a .gguf de-quantized into torch |
+| hf | specdec.engines.hf (transformers) | a Hugging Face directory, a hub id, a .gguf de-quantized into torch |
 | llama_cpp | specdec.engines.llama_cpp | a .gguf file, run by llama.cpp |
 """
 
@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specdec.engines.base import TargetModel
-from specdec.errors import ModelLoadError
-from specdec.serving.config import ModelSection, TargetEngine
+from specdec.errors import ModelLoadError, SpecdecError
+from specdec.serving.config import ModelSection, SpecdecConfig, TargetEngine, Verification
 
-__all__ = ["TargetModel", "load_engine", "resolve_engine"]
+__all__ = ["TargetModel", "check_tree_support", "load_engine", "resolve_engine"]
 
 
 def resolve_engine(models: ModelSection, source: str) -> TargetEngine:
@@ -26,14 +26,14 @@ def resolve_engine(models: ModelSection, source: str) -> TargetEngine:
 
 
 def _load_hf(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
-    from specdec.models import load_model
+    from specdec.engines.hf import load_model
 
     return load_model(source, device=models.device, dtype=models.dtype)
 
 
 def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
+    from specdec.engines.gguf_model import default_threads
     from specdec.engines.llama_cpp import LlamaCppSettings, load_llama_cpp_target
-    from specdec.gguf_model import default_threads
 
     if Path(source).suffix != ".gguf":
         raise ModelLoadError(f"{source}: the llama_cpp engine runs .gguf files (set model.target_engine: hf for this model)")
@@ -60,3 +60,9 @@ def load_engine(
         return _LOADERS[engine](source, models, threads, max_sequences)
     except ModelLoadError as error:
         raise ModelLoadError(f"{setting}: {error} (target engine {engine.value})") from error
+
+
+def check_tree_support(config: SpecdecConfig, loaded: TargetModel, setting: str) -> None:
+    """Refuse at start a tree configuration whose model cannot verify or draft token trees."""
+    if config.speculative.verification is Verification.TREE and not loaded.supports_trees:
+        raise SpecdecError(f"{setting}: {loaded.tree_refusal}")

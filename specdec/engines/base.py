@@ -1,7 +1,7 @@
 """The target engine interface: what a target session, its output and its grammar read of a model.
 
 A target engine is a model on one device that scores sequences through prefix caches
-(specdec.kv_cache.PrefixCache): Hugging Face transformers (specdec.models.LoadedModel) or
+(specdec.kv_cache.PrefixCache): Hugging Face transformers (specdec.engines.hf.LoadedModel) or
 llama.cpp (specdec.engines.llama_cpp.LlamaCppTarget). specdec.engines.load_engine picks one.
 """
 

@@ -1,6 +1,6 @@
 """A llama.cpp target engine: a .gguf target scored by `llama_decode`, several sessions per decode.
 
-Each session is one llama.cpp sequence (specdec.gguf_model): a verify round is one decode of its
+Each session is one llama.cpp sequence (specdec.engines.gguf_model): a verify round is one decode of its
 K + 1 new tokens with logits at every position, and a rejection rolls the sequence back by removing
 its KV cells past the accepted prefix. Sessions share decodes through the same scheduler the
 Hugging Face engine's packed passes use.
@@ -21,8 +21,8 @@ import torch
 
 from specdec.batching.runner import BatchingOptions
 from specdec.batching.scheduler import BatchScheduler
+from specdec.engines.gguf_model import GgufModel, GgufOptions, GgufRow, Seat, load_gguf
 from specdec.errors import SpecdecError
-from specdec.gguf_model import GgufModel, GgufOptions, GgufRow, Seat, load_gguf
 from specdec.kv_cache import PrefixCache
 
 TREES_REFUSED = (
@@ -135,7 +135,7 @@ class LlamaCppSettings:
 
 def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> LlamaCppTarget:
     """The .gguf at `source` as a target; a file llama.cpp cannot run is one ModelLoadError line naming it."""
-    from specdec.models import load_tokenizer  # deferred: transformers, only once a file is found
+    from specdec.engines.hf import load_tokenizer  # deferred: transformers, only once a file is found
 
     options = GgufOptions(
         threads=settings.threads,

@@ -15,7 +15,7 @@ from specdec.bundled import bundled_model_path
 from specdec.cli.client import VerifyClient
 from specdec.drafters.gguf import GgufDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
-from specdec.models import load_model
+from specdec.engines.hf import load_model
 from specdec.serving.rpc.convert import vocab_fingerprint
 
 CHAT = [{"role": "user", "content": "Name three colours and say which one you like best."}]

@@ -118,8 +118,8 @@ def smollm2_client(service_loop):
     from draft_service.servicer import LoadedDrafter  # noqa: F401 -- start_draft_server wraps the drafter in it
     from specdec.default_models import default_draft_gguf, ensure_default_target, models_dir
     from specdec.drafters.gguf import GgufDrafter
-    from specdec.gguf_model import GgufOptions, load_gguf
-    from specdec.models import load_model
+    from specdec.engines.gguf_model import GgufOptions, load_gguf
+    from specdec.engines.hf import load_model
 
     target = load_model(str(ensure_default_target(models_dir())), device="cpu", dtype="float32")
     draft_model = load_gguf(default_draft_gguf(models_dir()), GgufOptions(threads=2, context_tokens=4096, max_sequences=4, device="cpu"))

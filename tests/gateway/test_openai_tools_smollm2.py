@@ -16,7 +16,7 @@ from tool_support import streamed_choice
 from specdec.bundled import bundled_model_path
 from specdec.drafters.gguf import GgufDrafter
 from specdec.drafters.prompt_lookup import LookupSettings, PromptLookupDrafter
-from specdec.models import load_model
+from specdec.engines.hf import load_model
 from specdec.serving.config import SpecdecConfig
 
 WEATHER = {

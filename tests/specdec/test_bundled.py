@@ -6,8 +6,8 @@ import pytest
 
 from specdec.bundled import bundled_model_path
 from specdec.drafters import NgramDrafter, layer_skip_drafter
+from specdec.engines.hf import load_model
 from specdec.generation import SpeculativeGenerator
-from specdec.models import load_model
 from specdec.prompts import encode_chat
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams

@@ -7,8 +7,8 @@ import pytest
 from specdec import default_models
 from specdec.distill.student import build_student
 from specdec.drafters import ModelDrafter
+from specdec.engines.hf import check_vocab_compatible, load_model
 from specdec.generation import SpeculativeGenerator
-from specdec.models import check_vocab_compatible, load_model
 from specdec.prompts import encode_chat
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams

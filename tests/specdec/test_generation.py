@@ -246,7 +246,7 @@ def test_rounds_report_their_timing(tiny_target, drafters, prompt_ids):
 
 
 def test_int8_draft_is_still_lossless(tiny_target, tiny_pair_paths, prompt_ids):
-    from specdec.models import load_model
+    from specdec.engines.hf import load_model
 
     quantized = load_model(tiny_pair_paths.draft, device="cpu", dtype="float32", quantize="int8")
     reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)

@@ -11,8 +11,8 @@ import torch
 from specdec.cli.tiny_pair import make_tiny_pair
 from specdec.drafters import ModelDrafter
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
+from specdec.engines.hf import load_model
 from specdec.generation import SpeculativeGenerator
-from specdec.models import load_model
 from specdec.output import RoundInfo
 from specdec.request import GenerationRequest, GenerationStats
 from specdec.sampling import SamplingParams

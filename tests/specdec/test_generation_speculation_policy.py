@@ -7,9 +7,9 @@ import pytest
 
 from specdec.cli.tiny_pair import make_tiny_pair
 from specdec.drafters import ModelDrafter
+from specdec.engines.hf import load_model
 from specdec.enums import SpeculationPolicy
 from specdec.generation import SpeculativeGenerator
-from specdec.models import load_model
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 

@@ -6,7 +6,8 @@ import pytest
 
 from specdec import memory_plan
 from specdec.errors import SpecdecError
-from specdec.memory_plan import ensure_fits, footprint, plan
+from specdec.footprints import footprint
+from specdec.memory_plan import ensure_fits, plan
 from specdec.serving.config import SpecdecConfig
 
 

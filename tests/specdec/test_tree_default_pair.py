@@ -17,7 +17,7 @@ PROMPTS = ["What is the capital of France?", "Write one sentence about the sea."
 
 @pytest.fixture(scope="module")
 def default_pair(default_target_dir):
-    from specdec.models import load_model
+    from specdec.engines.hf import load_model
 
     return load_model(str(default_target_dir), device="cpu", dtype="float32"), load_model(str(DRAFT_DIR), device="cpu", dtype="float32")
 

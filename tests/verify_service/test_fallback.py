@@ -15,9 +15,9 @@ from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
 from specdec.drafters.base import DraftRequest
 from specdec.drafters.ngram import point_mass_block
+from specdec.engines.hf import LoadedModel
 from specdec.enums import AcceptanceMode
 from specdec.generation import SpeculativeGenerator
-from specdec.models import LoadedModel
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 

@@ -14,7 +14,7 @@ from specdec.kv_cache import CachedSequence
 
 @pytest.fixture(scope="module")
 def tiny_target64(tiny_pair_paths):
-    from specdec.models import load_model
+    from specdec.engines.hf import load_model
 
     return load_model(tiny_pair_paths.target, device="cpu", dtype="float64")
 

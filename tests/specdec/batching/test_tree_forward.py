@@ -31,7 +31,7 @@ def _ids(path: list[int]) -> list[int]:
 
 @pytest.fixture(scope="module")
 def tiny_target64(tiny_pair_paths):
-    from specdec.models import load_model
+    from specdec.engines.hf import load_model
 
     return load_model(tiny_pair_paths.target, device="cpu", dtype="float64")
 

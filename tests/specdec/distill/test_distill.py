@@ -11,8 +11,8 @@ from specdec.distill.data import TeacherDataOptions, load_shards
 from specdec.distill.run import DistillOptions, run_distill
 from specdec.distill.train import TrainOptions, distillation_loss
 from specdec.drafters import ModelDrafter
+from specdec.engines.hf import check_vocab_compatible, load_model
 from specdec.generation import SpeculativeGenerator
-from specdec.models import check_vocab_compatible, load_model
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams
 

@@ -10,15 +10,15 @@ from generation_support import PROMPT
 from generation_support import run as _run
 from gguf_support import load_llama_cpp_target
 
+from specdec.assembly import build_generator
 from specdec.batching import BatchingOptions
 from specdec.constraints.grammars import json_schema_grammar
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters import ModelDrafter
-from specdec.engine import build_generator
 from specdec.engines import resolve_engine
+from specdec.engines.gguf_model import GgufRow
 from specdec.errors import ModelLoadError, SpecdecError
 from specdec.generation import SpeculativeGenerator
-from specdec.gguf_model import GgufRow
 from specdec.penalties import Penalties
 from specdec.request import GenerationRequest
 from specdec.sampling import SamplingParams

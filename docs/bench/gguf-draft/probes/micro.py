@@ -1,5 +1,5 @@
 import time, torch, statistics
-from specdec.models import load_model
+from specdec.engines.hf import load_model
 torch.set_grad_enabled(False)
 import sys; torch.set_num_threads(int(sys.argv[1])); print("threads", torch.get_num_threads())
 t = load_model('/work/main/models/smollm2-135m-instruct', device='cpu', dtype='float32')

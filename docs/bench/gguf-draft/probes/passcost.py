@@ -2,7 +2,7 @@ import statistics, sys, time, torch
 from specdec.batching import BatchingOptions
 from specdec.batching.runner import default_runner
 from specdec.kv_cache import CachedSequence
-from specdec.models import load_model
+from specdec.engines.hf import load_model
 torch.set_grad_enabled(False)
 t = load_model('/work/main/models/smollm2-135m-instruct', device='cpu', dtype='float32')
 print("threads", torch.get_num_threads(), "dtype", next(t.model.parameters()).dtype)

@@ -13,7 +13,7 @@ from specdec.batching import BatchingOptions, SequenceRunner, default_runner
 from specdec.batching.packed_forward import model_parts
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
 from specdec.constraints.matcher import hf_grammar_tokenizer
-from specdec.drafters import reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
+from specdec.engines import reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
 from specdec.kv_cache import TREE_NEEDS_PACKED
 from specdec.quantization import quantize_int8_weight_only

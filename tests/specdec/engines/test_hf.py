@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
+from specdec.engines.hf import LoadedModel, check_vocab_compatible, load_model, resolve_device, resolve_dtype
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
-from specdec.models import LoadedModel, check_vocab_compatible, load_model, resolve_device, resolve_dtype
 from specdec.quantization import Int8WeightOnlyLinear
 
 SENTENCE = "Once upon a time the people who lived by the river walked to the market and talked about the weather."

@@ -10,9 +10,9 @@ import pytest
 import torch
 from gguf_support import load_draft_gguf
 
+from specdec.assembly import load_draft_side
 from specdec.batching import BatchingOptions
 from specdec.drafters.gguf import GgufDrafter
-from specdec.engine import load_draft_side
 from specdec.engines.llama_cpp import GgufSequence
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
 from specdec.serving.config import SpecdecConfig
@@ -138,7 +138,8 @@ def _gguf_config(draft_path, target_path) -> SpecdecConfig:
 
 
 def test_the_draft_service_loads_the_gguf_behind_prompt_lookup(tiny_ggufs, tiny_pair_paths):
-    drafter, model = load_draft_side(_gguf_config(tiny_ggufs.target, tiny_pair_paths.target))
+    side = load_draft_side(_gguf_config(tiny_ggufs.target, tiny_pair_paths.target))
+    drafter, model = side.drafter, side.model
     try:
         assert drafter.name == "prompt_lookup+gguf" and model.source == str(tiny_ggufs.target)
     finally:

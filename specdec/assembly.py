@@ -1,0 +1,29 @@
+"""A ready-to-run generator from configuration: the target through its engine, then the drafter its draft method
+names (specdec.draft_methods)."""
+
+from __future__ import annotations
+
+from specdec.draft_methods import DRAFT_METHODS, DraftSide, with_prompt_lookup
+from specdec.drafters import Drafter
+from specdec.engines import check_tree_support, load_engine
+from specdec.errors import SpecdecError
+from specdec.generation import SpeculativeGenerator
+from specdec.serving.config import SpecdecConfig
+
+
+def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
+    models = config.model
+    if not models.target_path:
+        raise SpecdecError("no target model: set model.target_path in the config or pass --target")
+    target = load_engine(models)
+    check_tree_support(config, target, "model.target_path")
+    drafter: Drafter | None = None
+    if config.speculative.enabled:
+        drafter = with_prompt_lookup(DRAFT_METHODS[models.draft_method].build(config, target).drafter, models)
+    return SpeculativeGenerator(target, drafter)
+
+
+def load_draft_side(config: SpecdecConfig) -> DraftSide:
+    """The drafter a draft service runs, and the weights behind it (None for n-gram)."""
+    side = DRAFT_METHODS[config.model.draft_method].build(config, None)
+    return DraftSide(with_prompt_lookup(side.drafter, config.model), side.model)
