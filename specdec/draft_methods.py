@@ -99,6 +99,7 @@ def _build_gguf(config: SpecdecConfig, target: TargetModel | None) -> DraftSide:
     """The GGUF draft, its vocabulary checked against the target's tokenizer (loaded alone in a draft service)."""
     from specdec.drafters.gguf import GgufDrafter, check_gguf_vocabulary
     from specdec.engines.gguf_model import GgufOptions, default_threads, load_gguf
+    from specdec.engines.gguf_prefix import DEFAULT_PROMPT_CACHE_TOKENS
     from specdec.engines.llama_cpp import TREES_REFUSED
 
     models = config.model
@@ -111,6 +112,7 @@ def _build_gguf(config: SpecdecConfig, target: TargetModel | None) -> DraftSide:
         context_tokens=models.gguf_context_tokens,
         max_sequences=config.draft_service.max_sessions,
         device=models.draft_device,
+        prompt_cache_tokens=DEFAULT_PROMPT_CACHE_TOKENS,
     )
     model = prefixed("model.draft_path", load_gguf, _bundled_or_path(models.draft_path), options)
     target_tokenizer = target.tokenizer if target is not None else None

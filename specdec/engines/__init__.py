@@ -33,12 +33,17 @@ def _load_hf(source: str, models: ModelSection, threads: int | None, max_sequenc
 
 def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
     from specdec.engines.gguf_model import default_threads
+    from specdec.engines.gguf_prefix import DEFAULT_PROMPT_CACHE_TOKENS
     from specdec.engines.llama_cpp import LlamaCppSettings, load_llama_cpp_target
 
     if Path(source).suffix != ".gguf":
         raise ModelLoadError(f"{source}: the llama_cpp engine runs .gguf files (set model.target_engine: hf for this model)")
     settings = LlamaCppSettings(
-        threads=threads or default_threads(), context_tokens=models.target_context_tokens, max_sequences=max_sequences, device=models.device
+        threads=threads or default_threads(),
+        context_tokens=models.target_context_tokens,
+        max_sequences=max_sequences,
+        device=models.device,
+        prompt_cache_tokens=DEFAULT_PROMPT_CACHE_TOKENS,
     )
     return load_llama_cpp_target(source, settings)
 

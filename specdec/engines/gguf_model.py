@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from specdec.batching.kv_store import KVBudget
+from specdec.engines.gguf_prefix import GgufPrefixStore
 from specdec.errors import CapacityError, DraftUnavailableError, ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class GgufOptions:
     max_sequences: int  # sessions open at once
     device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
     min_pass_tokens: int = 1  # 2: every pass runs the many-token kernels (batch invariance; the module's NOTE)
+    prompt_cache_tokens: int = 0  # of the last finished sequence, kept for the next that starts alike (gguf_prefix.py)
     failure: type[Exception] = DraftUnavailableError  # what a failed decode raises: a draft's is a fallback, a target's is not
 
 
@@ -122,14 +124,19 @@ class GgufModel:
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.max_context = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.tokenizer = GgufVocabulary([_token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
-        padded = options.min_pass_tokens > 1
-        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - padded)
+        padded, cached = options.min_pass_tokens > 1, options.prompt_cache_tokens > 0
+        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - padded - cached)
         self.scratch_seq_id = self.max_sequences if padded else None  # where a short pass's padding goes
+        self._extra_sequences = padded + cached
         self.context = self._new_context()
         self.memory = llama_cpp.llama_get_memory(self.context)
         self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
-        pad_cells = options.min_pass_tokens - 1  # held by the padding for the length of one pass
-        self.budget = KVBudget(int(llama_cpp.llama_n_ctx(self.context)) - pad_cells, self._kv_bytes_per_token())
+        self.prefixes = (
+            GgufPrefixStore(llama_cpp, self.memory, self.max_sequences + padded, options.prompt_cache_tokens) if cached else None
+        )
+        # held apart from the sessions': the padding's cells for the length of one pass, and the kept prefix's
+        reserved_cells = options.min_pass_tokens - 1 + options.prompt_cache_tokens
+        self.budget = KVBudget(int(llama_cpp.llama_n_ctx(self.context)) - reserved_cells, self._kv_bytes_per_token())
         self._free_seq_ids: queue.SimpleQueue[int] = queue.SimpleQueue()
         for seq_id in range(self.max_sequences):
             self._free_seq_ids.put(seq_id)
@@ -139,7 +146,7 @@ class GgufModel:
         params = lib.llama_context_default_params()
         params.n_ctx = options.context_tokens
         params.n_batch = params.n_ubatch = _BATCH_TOKENS
-        params.n_seq_max = self.max_sequences + (self.scratch_seq_id is not None)
+        params.n_seq_max = self.max_sequences + self._extra_sequences
         params.n_threads = params.n_threads_batch = options.threads
         params.kv_unified = True  # one pool of cells for every sequence: sessions of any length share it
         params.no_perf = True
@@ -171,7 +178,19 @@ class GgufModel:
             raise
         return Seat(seq_id, self.budget, reserve_tokens, self.options.failure)
 
-    def release(self, seat: Seat) -> None:
+    def attach_prefix(self, seat: Seat, token_ids: Sequence[int], limit: int) -> int:
+        """Start the empty `seat` with the kept cells of the longest prefix of `token_ids` (at most `limit`);
+        returns how many it holds now (0 without a prompt cache or a match)."""
+        if self.prefixes is None or seat.length:
+            return 0
+        with self._lock:
+            if self.context is None:
+                return 0
+            seat.length = self.prefixes.attach(seat.seq_id, token_ids, limit)
+        return seat.length
+
+    def release(self, seat: Seat, token_ids: Sequence[int] = ()) -> None:
+        """Free the seat; with a prompt cache its sequence's start (`token_ids`, what it holds) is kept first."""
         if seat.released:
             return
         seat.released = True
@@ -179,6 +198,8 @@ class GgufModel:
             # NOTE: a session closed after the model (a teardown, an overlap thread finishing late) must not
             # touch the freed context: its memory went with it.
             if self.context is not None:
+                if self.prefixes is not None:
+                    self.prefixes.keep(seat.seq_id, token_ids[: seat.length])
                 self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, 0, -1)
         self.budget.release(seat.capacity)
         self._free_seq_ids.put(seat.seq_id)

@@ -50,11 +50,14 @@ class GgufSequence(PrefixCache):
 
     def _feed(self, new_ids: list[int], start: int, num_logits: int) -> torch.Tensor:  # [num_logits, vocab]
         self.seat.ensure_capacity(start + len(new_ids))
+        if start == 0:  # the prompt: its start may be cached already (engines/gguf_prefix.py)
+            start = self.model.attach_prefix(self.seat, new_ids, len(new_ids) - num_logits)
+            new_ids = new_ids[start:]
         return self.scheduler.submit(GgufRow(self.seat, new_ids, start, num_logits))
 
     def release(self) -> None:
         if not self.seat.released:
-            self.model.release(self.seat)
+            self.model.release(self.seat, self.cached_ids)
             self.scheduler.leave()
         self.cached_ids = []
 
@@ -131,6 +134,7 @@ class LlamaCppSettings:
     context_tokens: int
     max_sequences: int
     device: str = "auto"
+    prompt_cache_tokens: int = 0  # engines/gguf_prefix.py
 
 
 def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> LlamaCppTarget:
@@ -143,6 +147,7 @@ def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> Lla
         max_sequences=settings.max_sequences,
         device=settings.device,
         min_pass_tokens=2,
+        prompt_cache_tokens=settings.prompt_cache_tokens,
         failure=SpecdecError,
     )
     gguf = load_gguf(source, options)

@@ -1,0 +1,58 @@
+"""The last finished sequence's KV cells, kept for the next session that begins the same way (prompt caching).
+
+Chat requests share their start (the template's system prompt), and a conversation's next turn repeats
+the whole previous turn. A session that ends leaves up to `max_tokens` of its sequence in a llama.cpp
+sequence of the store's own; a new session whose prompt starts with those tokens gets their cells by
+`llama_memory_seq_cp` (in a unified KV cache the cells are shared, not copied) and decodes only the rest.
+llama.cpp's own server does the same per slot (`cache_prompt`).
+
+NOTE (lossless): a position's KV cells are bit-identical however the prefix was split into decodes, and
+whether they were computed in this sequence or shared from another (tests/specdec/engines/test_gguf_prefix.py),
+so a reused prefix changes no logit: outputs are the same with the store on or off.
+
+NOTE: every method runs under the model's lock (GgufModel._lock), as every decode does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+MIN_SHARED_TOKENS = 4  # a shorter match saves less than its bookkeeping
+DEFAULT_PROMPT_CACHE_TOKENS = 1024  # a few turns of a chat; 23 KiB a token for the default 135M target
+
+
+class GgufPrefixStore:
+    def __init__(self, lib, memory, seq_id: int, max_tokens: int) -> None:
+        self.lib = lib
+        self.memory = memory
+        self.seq_id = seq_id  # the store's own sequence: its cells stay while sessions come and go
+        self.max_tokens = max_tokens
+        self.token_ids: list[int] = []
+        self.reused_tokens = 0  # prefill tokens the store has saved so far
+
+    def keep(self, seq_id: int, token_ids: Sequence[int]) -> None:
+        """Hold the first `max_tokens` cells of sequence `seq_id` (holding `token_ids`) in place of the last ones kept."""
+        kept = list(token_ids[: self.max_tokens])
+        if len(kept) < MIN_SHARED_TOKENS:
+            return
+        self.lib.llama_memory_seq_rm(self.memory, self.seq_id, 0, -1)
+        self.lib.llama_memory_seq_cp(self.memory, seq_id, self.seq_id, 0, len(kept))
+        self.token_ids = kept
+
+    def attach(self, seq_id: int, token_ids: Sequence[int], limit: int) -> int:
+        """Give the empty sequence `seq_id` the cells of the longest kept prefix of `token_ids`, at most `limit`
+        of them (the tokens whose logits are wanted must still be decoded); returns how many it got."""
+        shared = 0
+        for kept, token_id in zip(self.token_ids[:limit], token_ids, strict=False):
+            if kept != token_id:
+                break
+            shared += 1
+        if shared < MIN_SHARED_TOKENS:
+            return 0
+        self.lib.llama_memory_seq_cp(self.memory, self.seq_id, seq_id, 0, shared)
+        self.reused_tokens += shared
+        return shared
+
+    def clear(self) -> None:
+        self.lib.llama_memory_seq_rm(self.memory, self.seq_id, 0, -1)
+        self.token_ids = []
