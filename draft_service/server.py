@@ -32,7 +32,7 @@ class DraftServer:
             settings.max_sessions,
             metrics,
             overlap=settings.overlap,
-            batching=service_batching(config, "draft", metrics.registry),
+            batching=service_batching(config.draft_service, config.serving.max_batch_size, metrics.registry),
             open_timeout_s=settings.stream_idle_timeout_s,
         )
         self.server, self.port, self.health = create_grpc_server(

@@ -21,10 +21,11 @@ from specdec.engines.hf import LoadedModel
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
-from specdec.serving.device_metrics import track_cuda
+from specdec.model_services.blocks import block_to_proto, penalties_from_proto, sampling_from_proto
+from specdec.model_services.device_metrics import track_cuda
 from specdec.serving.metrics import DraftMetrics
 from specdec.serving.pacing import KeyedRefusalPacing
-from specdec.serving.rpc.convert import acceptance_from_proto, block_to_proto, penalties_from_proto, sampling_from_proto, vocab_fingerprint
+from specdec.serving.rpc.convert import acceptance_from_proto, vocab_fingerprint
 from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.serving.rpc.streams import StreamGate
 from specdec.tree import TreeShape

@@ -12,12 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from gateway.tool_protocol import FunctionTool, ToolCall, ToolChoice, check_tool_choice, check_tools
 from specdec.errors import InvalidRequestError
-from specdec.limits import (
-    CHAT_ROLES,
-    INT32_MAX,
-    MAX_STOP_CHARS,
-    MAX_STOP_SEQUENCES,
-    MAX_TOOLS,
+from specdec.fields import (
+    ACCEPTANCE,
+    SPECULATION_POLICY,
     FrequencyPenalty,
     MaxTokens,
     MinP,
@@ -32,6 +29,7 @@ from specdec.limits import (
     TopLogprobs,
     TopP,
 )
+from specdec.limits import CHAT_ROLES, INT32_MAX, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS
 
 
 def _encodable(value):
@@ -84,9 +82,9 @@ class SpeculativeOptions(BaseModel):
 
     enabled: bool | None = None
     num_draft_tokens: NumDraftTokens | None = None
-    acceptance: Literal["rejection", "coupled"] | None = None
+    acceptance: Literal[ACCEPTANCE.choices] | None = None
     # always: draft every round whatever the server's load-aware policy says (fallback still applies)
-    policy: Literal["auto", "always"] | None = None
+    policy: Literal[SPECULATION_POLICY.choices] | None = None
     provenance: bool = Field(
         False, description="each choice says where its tokens came from (draft, lookup, prediction, target) and their round"
     )

@@ -13,34 +13,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.errors import OpenAIError, bad_request, overloaded, unavailable
 from gateway.protocol import ChatCompletionRequest, CompletionRequest
+from specdec.fields import BY_NAME, LOGIT_BIAS, PENALTIES, SAMPLING, SPECULATIVE, http_name
 from specdec.serving.config import ServingSection, TlsSection
+from specdec.serving.rpc.convert import set_field
 from specdec.serving.rpc.server import aio_channel
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
-_ACCEPTANCE = {"rejection": common_pb2.ACCEPTANCE_MODE_REJECTION, "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED}
-_POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
-_FIELD = re.compile(r"^([\w.\[\]]+): ")
+_FIELD = re.compile(r"^([\w.\[\]]+): ")  # verify's INVALID_ARGUMENT details start with the field's name
 _REFERENCE = re.compile(r"\(reference ([0-9a-f]{1,32})\)")  # verify's INTERNAL answer: where its log has the details
 log = logging.getLogger(__name__)
-# verify's field names -> the OpenAI request's
-_PARAM_NAMES = {
-    "options.max_tokens": "max_tokens",
-    "max_tokens": "max_tokens",
-    "options.sampling.temperature": "temperature",
-    "options.sampling.top_p": "top_p",
-    "options.sampling.top_k": "top_k",
-    "prompt": "messages",
-    "options.penalties.logit_bias": "logit_bias",
-    "options.penalties.presence_penalty": "presence_penalty",
-    "options.penalties.frequency_penalty": "frequency_penalty",
-    "options.penalties.repetition_penalty": "repetition_penalty",
-    "options.chat.messages": "messages",
-    "options.chat.tools_json": "tools",
-    "options.text": "prompt",
-    "options.token_ids": "prompt",
-    "grammar": "response_format",
-    "options.grammar": "response_format",
-}
 
 
 class Upstream:
@@ -94,8 +75,7 @@ def http_error(error: grpc.aio.AioRpcError, grammar_param: str = "response_forma
     code, details = error.code(), error.details() or ""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         match = _FIELD.match(details)
-        names = {**_PARAM_NAMES, "grammar": grammar_param, "options.grammar": grammar_param}
-        param = names.get(match.group(1), match.group(1)) if match else None
+        param = _param(match.group(1), grammar_param) if match else None
         # The message names the HTTP field too, not verify's gRPC one ("options.grammar: ..." -> "response_format: ...").
         message = f"{param}: {details[match.end() :]}" if match else details
         return bad_request(message, param)
@@ -114,6 +94,12 @@ def http_error(error: grpc.aio.AioRpcError, grammar_param: str = "response_forma
     )
 
 
+def _param(field: str, grammar_param: str) -> str:
+    """The OpenAI request's name for the field verify named (the grammar's: where it came from)."""
+    name = http_name(field)
+    return grammar_param if name == BY_NAME["grammar"].http_name else name
+
+
 def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_index: int) -> verify_pb2.GenerateRequest:
     """The GenerateRequest for one choice; choice i of a seeded request uses seed + i."""
     options = verify_pb2.GenerationOptions(
@@ -129,13 +115,9 @@ def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_
         options.text = request.prompt
     else:
         options.token_ids.ids.extend(request.prompt)
-    for name in ("temperature", "top_p", "top_k", "min_p"):
-        if getattr(request, name) is not None:
-            setattr(options.sampling, name, getattr(request, name))
-    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
-        if getattr(request, name) is not None:
-            setattr(options.penalties, name, getattr(request, name))
-    options.penalties.logit_bias.update(request.logit_bias or {})
+    for field in (*SAMPLING, *PENALTIES, LOGIT_BIAS):
+        if getattr(request, field.http_name) is not None:
+            set_field(options, field, getattr(request, field.http_name), root="options")
     if request.seed is not None:
         options.seed = (request.seed + choice_index) % 2**64
     message = verify_pb2.GenerateRequest(options=options, request_id=f"choice-{choice_index}")
@@ -173,18 +155,13 @@ def chat_messages(request: ChatCompletionRequest) -> verify_pb2.ChatMessages:
 
 
 def _apply_speculative(message: verify_pb2.GenerateRequest, request) -> None:
-    speculative = request.speculative
-    if speculative is None:
+    """The `speculative` object's fields, each where its row in specdec.fields says."""
+    if request.speculative is None:
         return
-    if speculative.enabled is not None:
-        message.speculative = speculative.enabled
-    if speculative.num_draft_tokens is not None:
-        message.num_draft_tokens = speculative.num_draft_tokens
-    if speculative.acceptance is not None:
-        message.options.acceptance = _ACCEPTANCE[speculative.acceptance]
-    if speculative.policy is not None:
-        message.speculation_policy = _POLICY[speculative.policy]
-    message.provenance = speculative.provenance
+    for field in (*SPECULATIVE, BY_NAME["acceptance"]):
+        value = getattr(request.speculative, field.http_name.removeprefix("speculative."))
+        if value is not None:
+            set_field(message, field, value)
 
 
 def _apply_logprobs(message: verify_pb2.GenerateRequest, request) -> None:

@@ -18,6 +18,13 @@ class SpeculationPolicy(str, Enum):
     ALWAYS = "always"  # draft every round whatever the policy says (lossless checks, benchmarks of speculation itself)
 
 
+class Verification(str, Enum):
+    """What a round verifies: a chain of candidates, or a token tree (specdec/tree.py)."""
+
+    SEQUENTIAL = "sequential"
+    TREE = "tree"
+
+
 class TokenSource(str, Enum):
     """Where an output token came from: the target's own choice, or an accepted candidate's drafter."""
 

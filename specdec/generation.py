@@ -232,9 +232,7 @@ class _Draft:
         if self.session is None:
             return
         try:
-            # NOTE: accepted_nodes only after a tree block: chain-only sessions keep two-argument feedback.
-            extra = () if accepted_nodes is None else (accepted_nodes,)
-            self.session.feedback(num_accepted, appended_ids, *extra)
+            self.session.feedback(num_accepted, appended_ids, accepted_nodes)
         except DraftUnavailableError as error:
             self._fail(error)
 

@@ -1,7 +1,7 @@
-"""The ranges of request fields and the limits on requests: one definition for the HTTP schema
-(gateway/protocol.py), the core's models (SamplingParams, GenerationRequest) and the gRPC services,
-which enforce the same limits on direct callers as the gateway does on HTTP clients
-(docs/reliability.md lists each limit, where it is enforced, and what a client gets past it).
+"""The limits on requests, one definition each: the numbers behind the fields' ranges (specdec/fields.py)
+and the caps on what a request may carry, for the HTTP schema (gateway/protocol.py), the core's models
+and the gRPC services, which enforce the same limits on direct callers as the gateway does on HTTP
+clients (docs/reliability.md lists each limit, where it is enforced, and what a client gets past it).
 
 Every bound fits the proto field's type (int32, uint32, uint64), so a value the schema accepts can
 always be put on the wire: past it, the request is a 400 naming the field, never a 500 while the
@@ -10,10 +10,6 @@ Torch-free: the gateway imports it.
 """
 
 from __future__ import annotations
-
-from typing import Annotated
-
-from pydantic import Field
 
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
@@ -35,23 +31,3 @@ TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"  # OpenAI's function names
 # that logits / r and logits * r stay finite.
 MAX_TEMPERATURE = 2.0
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
-
-TopK = Annotated[int, Field(ge=0, le=INT32_MAX, description="0 disables top-k")]
-TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
-Seed = Annotated[int, Field(ge=0, le=UINT64_MAX)]
-MaxTokens = Annotated[int, Field(ge=1, le=UINT32_MAX)]
-# vLLM's extension: stop tokens are banned until this many tokens are generated (specdec/min_tokens.py); at most max_tokens
-MinTokens = Annotated[int, Field(ge=0, le=UINT32_MAX)]
-TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
-NumDraftTokens = Annotated[int, Field(ge=1, le=MAX_DRAFT_TOKENS)]
-Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)]
-TopP = Annotated[float, Field(gt=0.0, le=1.0, allow_inf_nan=False)]
-MinP = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-PresencePenalty = Annotated[float, Field(ge=-2.0, le=2.0, allow_inf_nan=False)]
-FrequencyPenalty = PresencePenalty
-RepetitionPenalty = Annotated[
-    float,
-    Field(
-        ge=MIN_REPETITION_PENALTY, le=MAX_REPETITION_PENALTY, allow_inf_nan=False, description="extension (Hugging Face / CTRL); 1 = off"
-    ),
-]

@@ -22,7 +22,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specdec.errors import InvalidRequestError
-from specdec.limits import MAX_LOGIT_BIAS_ENTRIES, FrequencyPenalty, PresencePenalty, RepetitionPenalty
+from specdec.fields import FrequencyPenalty, PresencePenalty, RepetitionPenalty
+from specdec.limits import MAX_LOGIT_BIAS_ENTRIES
 from specdec.tree import ancestor_mask
 
 

@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from specdec.acceptance_modes import effective_acceptance, refusal
 from specdec.enums import AcceptanceMode, SpeculationPolicy
 from specdec.errors import InvalidRequestError
-from specdec.limits import MinTokens, Seed, TopLogprobs
+from specdec.fields import MinDraftTokens, MinTokens, NumDraftTokens, Seed, TopLogprobs
+from specdec.limits import MAX_DRAFT_TOKENS
 from specdec.penalties import Penalties
 from specdec.sampling import SamplingParams
 from specdec.tree import TreeShape
@@ -31,9 +32,9 @@ class GenerationRequest(BaseModel):
     # always: every round drafts (adaptive K never goes below 1), whatever the service's load-aware
     # policy says; a failing drafter still falls back to the target alone.
     speculation_policy: SpeculationPolicy = SpeculationPolicy.AUTO
-    num_draft_tokens: int = Field(5, ge=1, le=64)  # K; with adaptive_k, the most K may grow to
+    num_draft_tokens: NumDraftTokens = 5  # K; with adaptive_k, the most K may grow to
     adaptive_k: bool = False  # choose K per round from measured acceptance and costs (specdec.adaptive_k)
-    min_draft_tokens: int = Field(0, ge=0, le=64)  # the least adaptive K may shrink to; 0 lets it stop drafting
+    min_draft_tokens: MinDraftTokens = 0  # the least adaptive K may shrink to; 0 lets it stop drafting
     # The services choose it with acceptance_modes.requested_acceptance: coupled for a seeded request that names none.
     acceptance: AcceptanceMode = AcceptanceMode.REJECTION
     draft_top_k: int = Field(32, ge=1)
@@ -50,7 +51,7 @@ class GenerationRequest(BaseModel):
     # OpenAI predicted outputs: the user's guess at the output, drafted from first (drafters/prediction.py),
     # in blocks of up to prediction_draft_tokens; other drafters keep num_draft_tokens.
     prediction_ids: list[int] = Field(default_factory=list)
-    prediction_draft_tokens: int = Field(64, ge=1, le=64)
+    prediction_draft_tokens: NumDraftTokens = MAX_DRAFT_TOKENS
     # Structured outputs: an llguidance grammar (specdec.constraints.grammars) the output must match;
     # part of the target distribution at every position. None: unconstrained.
     grammar: str | None = None

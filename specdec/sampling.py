@@ -12,7 +12,7 @@ from typing import NamedTuple
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from specdec.limits import MinP, Temperature, TopK, TopP
+from specdec.fields import MinP, Temperature, TopK, TopP
 
 
 class SamplingParams(BaseModel):

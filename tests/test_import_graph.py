@@ -1,5 +1,7 @@
-"""The package's layering, read from the source's import statements (AST, nothing imported):
-no import cycles, and only the composition root (specdec/cli) imports the services or the gateway."""
+"""The package's layering, read from the source's import statements (AST, nothing imported): no import
+cycles, between modules or through a package's __init__; only the composition root (specdec/cli) imports
+the services or the gateway; the core below specdec/serving imports none of it; and nothing the gateway
+shares (specdec/serving) or the gateway itself loads torch or transformers."""
 
 from __future__ import annotations
 
@@ -26,27 +28,62 @@ def module_files(root: Path = ROOT) -> dict[str, Path]:
     return files
 
 
-def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
-    """The known modules `path` imports, deferred imports included. `from a import b` counts a.b where b is a
-    module (not a: a package's __init__ runs first anyway, as for any import of a.b), else a."""
+def _import_nodes(tree: ast.AST, import_time: bool) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement; with `import_time`, only those that run when the module is imported
+    (not in a function body, not under `if TYPE_CHECKING:`)."""
+    if not import_time:
+        return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    found, pending = [], list(ast.iter_child_nodes(tree))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*anchor, *([node.module] if node.module else [])])
+
+
+def imported_modules(name: str, path: Path, known: set[str], import_time: bool = False, packages: bool = False) -> set[str]:
+    """The known modules `path` imports, deferred imports included unless `import_time`. `from a import b`
+    counts a.b where b is a module, else a; with `packages`, a too where the statement names the package a
+    (its __init__ runs: a package-level edge)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8")), import_time):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([node.module] if node.module else [])])
+        else:
+            base = _absolute(node, package)
             submodules = {f"{base}.{alias.name}" for alias in node.names} & known
-            found.update(submodules if len(submodules) == len(node.names) else {base, *submodules})
+            found.update(submodules if len(submodules) == len(node.names) and not packages else {base, *submodules})
     return {module for module in found if module in known and module != name}
 
 
-def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+def external_imports(path: Path, import_time: bool = False) -> set[str]:
+    """The top-level names of what `path` imports (torch, transformers, ...), relative imports aside."""
+    found = set()
+    for node in _import_nodes(ast.parse(path.read_text(encoding="utf-8")), import_time):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif not node.level:
+            found.add((node.module or "").partition(".")[0])
+    return found
+
+
+def import_graph(root: Path = ROOT, import_time: bool = False, packages: bool = False) -> dict[str, set[str]]:
     files = module_files(root)
-    return {name: imported_modules(name, path, set(files)) for name, path in files.items()}
+    return {name: imported_modules(name, path, set(files), import_time, packages) for name, path in files.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -100,7 +137,15 @@ def test_the_gateway_imports_no_algorithm_module():
     # The gateway reaches the model through gRPC only: specdec/serving and the torch-free limits.
     # specdec.constraints.grammars is torch-free (llguidance only): the gateway builds and checks a
     # request's grammar (response_format, forced tool calls) before any model work.
-    allowed = ("specdec.serving", "specdec.limits", "specdec.errors", "specdec.enums", "specdec.constraints.grammars", "gateway")
+    allowed = (
+        "specdec.serving",
+        "specdec.fields",
+        "specdec.limits",
+        "specdec.errors",
+        "specdec.enums",
+        "specdec.constraints.grammars",
+        "gateway",
+    )
     graph = import_graph()
     bad = sorted(
         f"{importer} -> {imported}"
@@ -110,6 +155,88 @@ def test_the_gateway_imports_no_algorithm_module():
         if not any(_within(imported, prefix) for prefix in allowed)
     )
     assert bad == []
+
+
+def package_cycle(root: Path = ROOT) -> list[str] | None:
+    """A cycle through a package's __init__: a module that imports its package by name (`from specdec.cli import
+    commands` runs specdec/cli/__init__), whose __init__ imports the module back."""
+    return find_cycle(import_graph(root, packages=True))
+
+
+TORCH = {"torch", "transformers"}
+TORCH_FREE = ("specdec.serving", "gateway")  # what the gateway loads
+
+
+def _loads(graph: dict[str, set[str]], name: str) -> set[str]:
+    """Every module importing `name` runs: its own imports, and each parent package's __init__ (transitively)."""
+    seen, pending = set(), [name]
+    while pending:
+        module = pending.pop()
+        parents = {".".join(module.split(".")[:depth]) for depth in range(1, module.count(".") + 1)}
+        for nxt in (graph[module] | parents) & set(graph):
+            if nxt not in seen:
+                seen.add(nxt)
+                pending.append(nxt)
+    return seen - {name}
+
+
+def torch_leaks(root: Path = ROOT) -> list[str]:
+    """Modules of specdec/serving and the gateway that import torch or transformers, deferred imports
+    included, or load a module that does at import time."""
+    files = module_files(root)
+    graph = import_graph(root, import_time=True)
+    loads_torch = {name for name, path in files.items() if external_imports(path, import_time=True) & TORCH}
+    leaks = []
+    for name, path in files.items():
+        if not any(_within(name, package) for package in TORCH_FREE):
+            continue
+        direct = external_imports(path) & TORCH
+        through = sorted(_loads(graph, name) & loads_torch)
+        if direct or through:
+            leaks.append(f"{name} -> {', '.join(sorted(direct) or through)}")
+    return sorted(leaks)
+
+
+# Layers, lowest first: the core; specdec/serving (configuration, metrics, gRPC plumbing) with the modules
+# that build what the config names; what the model services share that needs torch; the services and the
+# gateway; the composition root. An import points down or sideways, never up.
+LAYERS = (
+    (),  # the core: the rest of specdec
+    ("specdec.serving", "specdec.assembly", "specdec.draft_methods", "specdec.memory_plan", "specdec.engines"),
+    ("specdec.model_services",),
+    SERVICES,
+    (COMPOSITION_ROOT,),
+)
+ASSEMBLY = ("specdec.assembly", "specdec.draft_methods", "specdec.memory_plan", "specdec.engines")  # these names exactly
+
+
+def layer(module: str) -> int:
+    for rank in range(len(LAYERS) - 1, 0, -1):
+        for prefix in LAYERS[rank]:
+            if module == prefix or (prefix not in ASSEMBLY and _within(module, prefix)):
+                return rank
+    return 0
+
+
+def imports_upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{importer} -> {imported}" for importer, imports in graph.items() for imported in imports if layer(imported) > layer(importer)
+    )
+
+
+def test_no_package_imports_itself_back_through_its_init():
+    assert package_cycle() is None
+
+
+def test_nothing_the_gateway_loads_imports_torch_or_transformers():
+    assert any(_within(name, "specdec.serving") for name in module_files())
+    assert torch_leaks() == []
+
+
+def test_no_import_points_up_a_layer():
+    graph = import_graph()
+    assert layer("specdec.batching.service") == 0 and layer("specdec.engines.hf") == 0 and layer("specdec.serving.config") == 1
+    assert imports_upward(graph) == []
 
 
 @pytest.fixture
@@ -179,3 +306,51 @@ def test_a_service_loading_its_target_with_transformers_directly_is_reported(fak
         }
     )
     assert direct_model_loaders(root) == ["verify_service.server"]
+
+
+def test_an_init_re_exporting_a_module_that_imports_its_package_is_a_package_cycle(fake_tree):
+    root = fake_tree(
+        {
+            "specdec/cli/__init__.py": "from specdec.cli.main import main\n",
+            "specdec/cli/main.py": "def main():\n    from specdec.cli import commands\n",
+            "specdec/cli/commands.py": "",
+        }
+    )
+    assert find_cycle(import_graph(root)) is None  # no cycle between modules
+    assert package_cycle(root) == ["specdec.cli", "specdec.cli.main", "specdec.cli"]
+
+
+def test_torch_in_serving_or_the_gateway_is_reported_directly_or_through_what_it_loads(fake_tree):
+    root = fake_tree(
+        {
+            "specdec/serving/__init__.py": "",
+            "specdec/serving/metrics.py": "def gauges():\n    import torch\n",  # deferred: still a leak
+            "specdec/serving/config.py": "from specdec import tree\n",
+            "specdec/tree.py": "import torch\n",
+            "specdec/serving/ok.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from specdec import tree\n",
+            "gateway/app.py": "from specdec.batching import service\n",
+            "specdec/batching/__init__.py": "from transformers import AutoModel\n",
+            "specdec/batching/service.py": "",
+        }
+    )
+    assert torch_leaks(root) == [
+        "gateway.app -> specdec.batching",
+        "specdec.serving.config -> specdec.tree",
+        "specdec.serving.metrics -> torch",
+    ]
+
+
+def test_the_core_importing_the_config_is_an_upward_import(fake_tree):
+    root = fake_tree(
+        {
+            "specdec/batching/service.py": "from specdec.serving.config import SpecdecConfig\n",
+            "specdec/serving/config.py": "",
+            "specdec/serving/metrics.py": "from specdec.model_services import device_metrics\n",
+            "specdec/model_services/device_metrics.py": "",
+            "specdec/assembly.py": "from specdec.serving import config\n",  # assembly reads the config: sideways
+        }
+    )
+    assert imports_upward(import_graph(root)) == [
+        "specdec.batching.service -> specdec.serving.config",
+        "specdec.serving.metrics -> specdec.model_services.device_metrics",
+    ]

@@ -32,7 +32,8 @@ import grpc
 from specdec.acceptance_modes import rule
 from specdec.drafters.base import CommittedSequence, DraftBlock, DraftRequest
 from specdec.errors import DraftUnavailableError, InvalidRequestError
-from specdec.serving.rpc.convert import acceptance_to_proto, block_from_proto, penalties_to_proto, sampling_to_proto
+from specdec.model_services.blocks import block_from_proto
+from specdec.serving.rpc.convert import acceptance_to_proto, penalties_to_proto, sampling_to_proto
 from specdec.v1 import draft_pb2, draft_pb2_grpc
 
 log = logging.getLogger(__name__)

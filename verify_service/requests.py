@@ -11,22 +11,17 @@ from specdec.acceptance_modes import effective_acceptance, refusal, requested_ac
 from specdec.constraints.grammars import check_grammar_size
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.engines.base import TargetModel
-from specdec.enums import SpeculationPolicy
 from specdec.errors import InvalidRequestError, check_token_ids, field_path
 from specdec.limits import CHAT_ROLES, MAX_DRAFT_TOKENS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES, MAX_TOOLS, TOOL_NAME_PATTERN
+from specdec.model_services.blocks import penalties_from_proto, sampling_from_proto
 from specdec.prompts import encode_chat, encode_text
 from specdec.request import GenerationRequest
 from specdec.serving.config import SpecdecConfig
-from specdec.serving.rpc.convert import acceptance_from_proto, penalties_from_proto, sampling_from_proto
+from specdec.serving.rpc.convert import acceptance_from_proto, policy_from_proto
 from specdec.serving.tool_prompt import ChatTurn, ToolCallText, render_input, template_renders_tools
 from specdec.v1 import verify_pb2
 
 VERIFY_MAX_CANDIDATES = MAX_DRAFT_TOKENS  # a client-drafted block, as a draft service's
-_POLICY_FROM_PROTO = {
-    verify_pb2.SPECULATION_POLICY_UNSPECIFIED: SpeculationPolicy.AUTO,
-    verify_pb2.SPECULATION_POLICY_AUTO: SpeculationPolicy.AUTO,
-    verify_pb2.SPECULATION_POLICY_ALWAYS: SpeculationPolicy.ALWAYS,
-}
 
 
 def check_request_limits(options: verify_pb2.GenerationOptions) -> None:
@@ -200,7 +195,5 @@ def generate_overrides(request: verify_pb2.GenerateRequest) -> dict:
         overrides["speculative"] = request.speculative
     if request.HasField("num_draft_tokens"):
         overrides["num_draft_tokens"] = request.num_draft_tokens
-    if request.speculation_policy not in _POLICY_FROM_PROTO:
-        raise InvalidRequestError("speculation_policy", f"unknown speculation policy {request.speculation_policy}")
-    overrides["speculation_policy"] = _POLICY_FROM_PROTO[request.speculation_policy]
+    overrides["speculation_policy"] = policy_from_proto(request.speculation_policy)
     return overrides

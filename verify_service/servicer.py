@@ -18,14 +18,15 @@ from specdec.engines.base import TargetModel
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
 from specdec.load_policy import LoadAwareSpeculation
+from specdec.model_services.blocks import block_from_proto
+from specdec.model_services.device_metrics import track_cuda
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
 from specdec.request import GenerationStats
 from specdec.serving.config import SpecdecConfig
-from specdec.serving.device_metrics import track_cuda
 from specdec.serving.metrics import VerifyMetrics
 from specdec.serving.pacing import KeyedRefusalPacing
-from specdec.serving.rpc.convert import block_from_proto, vocab_fingerprint
+from specdec.serving.rpc.convert import vocab_fingerprint
 from specdec.serving.rpc.server import SessionLimit, abort_for, run_in_thread
 from specdec.serving.rpc.streams import StreamGate
 from specdec.target_session import TargetSession
@@ -73,7 +74,9 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.max_prompt_chars = max_prompt_chars(target.tokenizer, target.max_context)
         track_cuda(self.metrics, target.device)
         self.drafter = drafter
-        self.runner = target.batched_runner(service_batching(self.config, "verify", self.metrics.registry))
+        self.runner = target.batched_runner(
+            service_batching(self.config.verify_service, self.config.serving.max_batch_size, self.metrics.registry)
+        )
         settings = self.config.verify_service
         if settings.load_aware_speculation:
             self.load_policy = LoadAwareSpeculation(lambda: self.sessions.active, settings.load_window_s)

@@ -14,29 +14,15 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from specdec.fields import LOGIT_BIAS, OPTIONS, PENALTIES, RESPONSE, SAMPLING, SPECULATIVE
 from specdec.serving.config import TlsSection
+from specdec.serving.rpc.convert import set_field
 from specdec.serving.rpc.server import CHANNEL_OPTIONS, channel_credentials
 from specdec.v1 import common_pb2, verify_pb2, verify_pb2_grpc
 
-_SAMPLING_FIELDS = {"temperature", "top_p", "top_k", "min_p"}
-_OPTION_FIELDS = {"seed", "stop", "max_tokens", "ignore_eos", "min_tokens", "acceptance"}
-_PENALTY_FIELDS = {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"}
-_REQUEST_FIELDS = {
-    "speculative",
-    "num_draft_tokens",
-    "logprobs",
-    "top_logprobs",
-    "request_id",
-    "speculation_policy",
-    "provenance",
-    "prediction",
-}
-_POLICY = {"auto": verify_pb2.SPECULATION_POLICY_AUTO, "always": verify_pb2.SPECULATION_POLICY_ALWAYS}
-_ACCEPTANCE = {
-    "rejection": common_pb2.ACCEPTANCE_MODE_REJECTION,
-    "coupled": common_pb2.ACCEPTANCE_MODE_COUPLED,
-    "greedy": common_pb2.ACCEPTANCE_MODE_GREEDY,
-}
+# The keyword settings: the fields' core names (specdec.fields), each put where its row says.
+_OPTION_FIELDS = {field.name: field for field in (*SAMPLING, *PENALTIES, LOGIT_BIAS, *OPTIONS)}
+_REQUEST_FIELDS = {field.name: field for field in (*SPECULATIVE, *RESPONSE)}
 
 Prompt = str | Sequence[dict] | Sequence[int]  # text, chat messages, or token ids
 
@@ -65,20 +51,9 @@ def generation_options(prompt: Prompt, **settings) -> verify_pb2.GenerationOptio
     for name, value in settings.items():
         if value is None:
             continue
-        if name in _SAMPLING_FIELDS:
-            setattr(options.sampling, name, value)
-        elif name == "logit_bias":
-            options.penalties.logit_bias.update(value)
-        elif name in _PENALTY_FIELDS:
-            setattr(options.penalties, name, value)
-        elif name == "acceptance":
-            options.acceptance = _ACCEPTANCE[value]
-        elif name == "stop":
-            options.stop.extend([value] if isinstance(value, str) else value)
-        elif name in _OPTION_FIELDS:
-            setattr(options, name, value)
-        else:
+        if name not in _OPTION_FIELDS:
             raise TypeError(f"unknown generation setting {name!r}")
+        set_field(options, _OPTION_FIELDS[name], value, root="options")
     return options
 
 
@@ -101,10 +76,11 @@ class VerifyClient:
 
     def generate_stream(self, prompt: Prompt, timeout: float | None = None, **settings) -> Iterator[verify_pb2.GenerateResponse]:
         """One GenerateResponse per round; cancelling the iterator (`.cancel()`) cancels the call."""
-        request_settings = {k: settings.pop(k) for k in list(settings) if k in _REQUEST_FIELDS and settings[k] is not None}
-        if "speculation_policy" in request_settings:  # "auto" | "always"
-            request_settings["speculation_policy"] = _POLICY[request_settings["speculation_policy"]]
-        request = verify_pb2.GenerateRequest(options=generation_options(prompt, **settings), **request_settings)
+        request_settings = {name: settings.pop(name) for name in list(settings) if name in _REQUEST_FIELDS}
+        request = verify_pb2.GenerateRequest(options=generation_options(prompt, **settings))
+        for name, value in request_settings.items():
+            if value is not None:
+                set_field(request, _REQUEST_FIELDS[name], value)
         return self.stub.Generate(request, timeout=timeout)
 
     def generate(self, prompt: Prompt, timeout: float | None = None, **settings) -> Completion:

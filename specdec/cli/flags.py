@@ -8,6 +8,8 @@ import argparse
 import re
 from typing import Any
 
+from specdec.fields import BY_NAME, SAMPLING
+
 SERVICE_SECTIONS = {"draft": "draft_service", "verify": "verify_service", "gateway": "serving"}
 
 # (setting, flag). A flag a command does not have is simply not read for it; `serve S` reads only
@@ -53,7 +55,7 @@ CONFIG_FLAGS: tuple[tuple[str, str], ...] = (
 )
 # Fields of a generation request (`generate`), named in its validation errors.
 REQUEST_FLAGS: tuple[tuple[str, str], ...] = tuple(
-    (name, "--" + name.replace("_", "-")) for name in ("temperature", "top_p", "top_k", "min_p", "max_tokens", "seed")
+    (field.name, "--" + field.name.replace("_", "-")) for field in (*SAMPLING, BY_NAME["max_tokens"], BY_NAME["seed"])
 )
 
 

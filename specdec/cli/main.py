@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from specdec.cli.flags import flag_for, name_flags
 from specdec.cli.restarts import CRASH_LIMIT, CRASH_WINDOW_S, FIRST_DELAY_S, MAX_DELAY_S
 from specdec.errors import SpecdecError, describe_validation_error
+from specdec.fields import ACCEPTANCE, SPECULATION_POLICY, VERIFICATION
 from specdec.serving.config import DraftMethod
 
 DRAFT_METHOD_CHOICES = [method.value for method in DraftMethod]  # each has its row in specdec.draft_methods
@@ -129,10 +130,10 @@ def _add_generate(commands: argparse._SubParsersAction) -> None:
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--num-draft-tokens", type=int, help="K, candidates per round (with --adaptive-k, the most)")
     gen.add_argument("--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs")
-    gen.add_argument("--acceptance", choices=["rejection", "coupled"])
+    gen.add_argument("--acceptance", choices=ACCEPTANCE.choices)
     gen.add_argument(
         "--verification",
-        choices=["sequential", "tree"],
+        choices=VERIFICATION.choices,
         help="tree: verify a token tree per round (needs --acceptance coupled or temperature 0)",
     )
     gen.add_argument("--tree-branching", type=int, help="tree: children per node")
@@ -163,12 +164,10 @@ def _add_bench(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--num-draft-tokens", type=int, help="K for the speculative requests (default: the server's)")
-    bench.add_argument(
-        "--acceptance", choices=["rejection", "coupled"], help="the speculative requests' acceptance (default: the server's)"
-    )
+    bench.add_argument("--acceptance", choices=ACCEPTANCE.choices, help="the speculative requests' acceptance (default: the server's)")
     bench.add_argument(
         "--speculation-policy",
-        choices=["auto", "always"],
+        choices=SPECULATION_POLICY.choices,
         help="always: the speculative requests draft every round, whatever the server's load-aware policy says (default: the server's)",
     )
     bench.add_argument("--out", help="output directory (default: bench-results/<timestamp>)")
@@ -235,7 +234,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     verify.add_argument(
         "--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs"
     )
-    verify.add_argument("--acceptance", choices=["rejection", "coupled"], help="default acceptance mode")
+    verify.add_argument("--acceptance", choices=ACCEPTANCE.choices, help="default acceptance mode")
     gateway = serve.add_parser("gateway", help="the OpenAI-compatible HTTP gateway (default port 8000)")
     gateway.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     gateway.add_argument("--host", help="address to bind (default 0.0.0.0)")

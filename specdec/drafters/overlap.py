@@ -106,7 +106,7 @@ class OverlappedDraftSession:
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         ahead = self._ahead
         if ahead is None:  # nothing armed, so no thread is drafting: apply it now
-            self.inner.feedback(num_accepted, appended_ids, *(() if accepted_nodes is None else (accepted_nodes,)))
+            self.inner.feedback(num_accepted, appended_ids, accepted_nodes)
             return
         check_num_accepted(num_accepted, len(ahead.block))
         ahead.settle(num_accepted, list(appended_ids))

@@ -129,7 +129,7 @@ class PredictionSession:
         self._own.apply_feedback(num_accepted, appended_ids, accepted_nodes)
         if self.inner is not None:
             try:
-                self.inner.feedback(num_accepted, appended_ids, *(() if accepted_nodes is None else (accepted_nodes,)))
+                self.inner.feedback(num_accepted, appended_ids, accepted_nodes)
             except DraftUnavailableError as error:
                 self._drop_inner(error)
 

@@ -83,7 +83,7 @@ class PromptLookupSession:
         return block
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
-        self.inner.feedback(num_accepted, appended_ids, *(() if accepted_nodes is None else (accepted_nodes,)))
+        self.inner.feedback(num_accepted, appended_ids, accepted_nodes)
 
     def close(self) -> None:
         self.inner.close()

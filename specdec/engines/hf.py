@@ -9,11 +9,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+import specdec.engines.reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
 from specdec.batching import BatchingOptions, SequenceRunner, default_runner
 from specdec.batching.packed_forward import model_parts
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
 from specdec.constraints.matcher import hf_grammar_tokenizer
-from specdec.engines import reduced_vocab  # noqa: F401 -- registers the reduced-vocabulary draft with the Auto classes
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError
 from specdec.kv_cache import TREE_NEEDS_PACKED
 from specdec.quantization import quantize_int8_weight_only

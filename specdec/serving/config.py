@@ -12,8 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from specdec.acceptance_modes import TREE_DEFAULT, TREE_REFUSAL, rule
-from specdec.enums import AcceptanceMode
+from specdec.enums import AcceptanceMode, Verification
 from specdec.errors import SpecdecError, describe_validation_error
+from specdec.fields import MinDraftTokens, NumDraftTokens
+from specdec.limits import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from specdec.tree import TreeShape
@@ -32,11 +34,6 @@ class TargetEngine(str, Enum):
     AUTO = "auto"
     HF = "hf"  # transformers (any format it loads; a .gguf is de-quantized into torch)
     LLAMA_CPP = "llama_cpp"  # a .gguf file run by llama.cpp
-
-
-class Verification(str, Enum):
-    SEQUENTIAL = "sequential"
-    TREE = "tree"
 
 
 class _Section(BaseModel):
@@ -65,8 +62,8 @@ class ModelSection(_Section):
     )
     prompt_lookup_min_ngram: int = Field(2, ge=1, le=16, description="shortest suffix n-gram that counts as a match")
     prompt_lookup_max_ngram: int = Field(3, ge=1, le=16, description="longest suffix n-gram tried first")
-    model_draft_tokens: int | None = Field(
-        None, ge=1, le=64, description="most candidates per block from the draft model; default: speculative.draft_tokens"
+    model_draft_tokens: NumDraftTokens | None = Field(
+        None, description="most candidates per block from the draft model; default: speculative.draft_tokens"
     )
     # draft_method gguf: draft_path is a .gguf file that llama.cpp runs (drafters/gguf.py).
     gguf_threads: int | None = Field(
@@ -88,10 +85,10 @@ class ModelSection(_Section):
 
 class SpeculativeSection(_Section):
     enabled: bool = True
-    draft_tokens: int = Field(5, ge=1, le=64)
+    draft_tokens: NumDraftTokens = 5
     # Choose K per round within [min_draft_tokens, draft_tokens] from measured acceptance and costs.
     adaptive_k: bool = False
-    min_draft_tokens: int = Field(0, ge=0, le=64, description="least adaptive K; 0 lets a session stop drafting")
+    min_draft_tokens: MinDraftTokens = Field(0, description="least adaptive K; 0 lets a session stop drafting")
     verification: Verification = Verification.SEQUENTIAL
     # verification=tree: up to tree_nodes draft tokens per round, tree_branching children per node,
     # draft_tokens deep (specdec/drafters/tree_draft.py); needs acceptance coupled or greedy.
@@ -102,10 +99,8 @@ class SpeculativeSection(_Section):
     # with a seed, rejection for one without. A mode named here applies to every request that names none.
     acceptance: AcceptanceMode | None = None
     draft_top_k: int = Field(32, ge=1)
-    prediction_draft_tokens: int = Field(
-        64,
-        ge=1,
-        le=64,
+    prediction_draft_tokens: NumDraftTokens = Field(
+        MAX_DRAFT_TOKENS,
         description="most candidates per block drafted from a request's prediction (blocks start at 16 and double while accepted in full)",
     )
 

@@ -3,7 +3,7 @@
 Each service process owns one of GatewayMetrics, VerifyMetrics, DraftMetrics (its own registry,
 what that service reports on top of the shared ServiceMetrics): draft and verify serve it on their
 metrics port, the gateway on /metrics. No torch here: the gateway imports this module;
-the model services add CUDA memory with device_metrics.track_cuda.
+the model services add CUDA memory with specdec.model_services.device_metrics.track_cuda.
 
 One source per metric: the verify service alone counts tokens and rounds (specdec_generated_tokens,
 specdec_spec_decode_*), so a sum() without a job filter counts each token once. The gateway exports

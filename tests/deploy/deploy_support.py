@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from specdec.cli import build_parser
+from specdec.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ("draft", "verify", "gateway")

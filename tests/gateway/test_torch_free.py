@@ -22,4 +22,4 @@ def test_the_gateway_and_what_it_shares_import_without_torch(module):
 
 def test_the_probe_sees_torch_where_it_is_loaded():
     # Negative control: the model services' CUDA gauges do import torch, and the probe must say so.
-    assert _loads_torch("specdec.serving.device_metrics")
+    assert _loads_torch("specdec.model_services.device_metrics")

@@ -155,8 +155,8 @@ class _FailingDrafter:
                     raise DraftUnavailableError("draft service went away")
                 return session.propose(num_tokens)
 
-            def feedback(self, num_accepted, appended_ids):
-                session.feedback(num_accepted, appended_ids)
+            def feedback(self, num_accepted, appended_ids, accepted_nodes=None):
+                session.feedback(num_accepted, appended_ids, accepted_nodes)
 
             def close(self):
                 session.close()

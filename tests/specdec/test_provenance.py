@@ -100,8 +100,8 @@ class AlternatingSession:
         self.committed.record_block(block)
         return block
 
-    def feedback(self, num_accepted: int, appended_ids) -> None:
-        self.committed.apply_feedback(num_accepted, appended_ids)
+    def feedback(self, num_accepted: int, appended_ids, accepted_nodes=None) -> None:
+        self.committed.apply_feedback(num_accepted, appended_ids, accepted_nodes)
 
     def close(self) -> None:
         pass

@@ -138,11 +138,11 @@ class _SlowDraftSession:
             self.prefilled = None
         return self.session.propose(num_tokens)
 
-    def feedback(self, num_accepted, appended_ids, *accepted_nodes):
+    def feedback(self, num_accepted, appended_ids, accepted_nodes=None):
         if len(appended_ids) > 16 and self.backlog_s:
             time.sleep(self.backlog_s)
             self.backlog_s = 0
-        return self.session.feedback(num_accepted, appended_ids, *accepted_nodes)
+        return self.session.feedback(num_accepted, appended_ids, accepted_nodes)
 
 
 def test_a_draft_still_prefilling_is_not_waited_for_and_drafts_once_caught_up(

@@ -1,1 +1,2 @@
-"""What the draft and verify services share: proto <-> core conversions and gRPC server scaffolding."""
+"""The gRPC plumbing the services and the gateway share: request fields <-> proto (convert.py) and
+server and channel scaffolding. Torch-free, as all of specdec/serving."""

@@ -1,169 +1,99 @@
-"""Proto messages <-> core types, with validation that names the offending field."""
+"""Proto messages <-> the request fields of specdec/fields.py: where each field travels, its modes'
+proto enums, the candidates' sources. Torch-free: the gateway and the Python client build their
+requests with it; the conversions to the core's tensor-holding types are specdec/model_services/blocks.py.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import math
-from dataclasses import replace
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
-import torch
-from pydantic import ValidationError
+from google.protobuf import descriptor_pool
 
-from specdec.drafters.base import DraftBlock
-from specdec.enums import AcceptanceMode, TokenSource
-from specdec.errors import InvalidRequestError, check_token_ids, field_path
-from specdec.penalties import Penalties
-from specdec.sampling import SamplingParams, SparseDistribution, concat_sparse, sparse_rows
-from specdec.tree import check_parents
-from specdec.v1 import common_pb2
+from specdec.enums import AcceptanceMode, SpeculationPolicy, TokenSource
+from specdec.errors import InvalidRequestError
+from specdec.fields import ACCEPTANCE, PENALTIES, SAMPLING, SPECULATION_POLICY, Mode, RequestField
+from specdec.v1 import common_pb2, verify_pb2  # noqa: F401 -- registers the enums mode_number looks up
 
-_ACCEPTANCE_FROM_PROTO = {
-    common_pb2.ACCEPTANCE_MODE_UNSPECIFIED: None,
-    common_pb2.ACCEPTANCE_MODE_REJECTION: AcceptanceMode.REJECTION,
-    common_pb2.ACCEPTANCE_MODE_COUPLED: AcceptanceMode.COUPLED,
-    common_pb2.ACCEPTANCE_MODE_GREEDY: AcceptanceMode.GREEDY,
-}
-_ACCEPTANCE_TO_PROTO = {mode: value for value, mode in _ACCEPTANCE_FROM_PROTO.items() if mode is not None}
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from specdec.penalties import Penalties
+    from specdec.sampling import SamplingParams
+
 _SOURCE_TO_PROTO = {
     TokenSource.TARGET: common_pb2.TOKEN_SOURCE_TARGET,
     TokenSource.DRAFT: common_pb2.TOKEN_SOURCE_DRAFT,
     TokenSource.LOOKUP: common_pb2.TOKEN_SOURCE_LOOKUP,
     TokenSource.PREDICTION: common_pb2.TOKEN_SOURCE_PREDICTION,
 }
-# What a drafter may say about its candidates (never TARGET: the target's tokens are the verifier's to name).
-_CANDIDATE_SOURCE_FROM_PROTO = {
-    common_pb2.TOKEN_SOURCE_UNSPECIFIED: TokenSource.DRAFT,
-    **{value: source for source, value in _SOURCE_TO_PROTO.items() if source is not TokenSource.TARGET},
-}
-Q_SUM_TOLERANCE = 1e-3
+
+
+def mode_number(mode: Mode, value: Enum | str) -> int:
+    """The proto enum number of `value` (a member of mode.enum, or its value)."""
+    member = mode.enum(value)
+    enum = descriptor_pool.Default().FindEnumTypeByName(mode.proto_enum)
+    return enum.values_by_name[mode.proto_prefix + member.name].number
+
+
+def mode_from_number(mode: Mode, number: int, field: str) -> Enum | None:
+    """The member a proto enum number names (mode.unspecified for 0); unknown numbers are refused naming `field`."""
+    enum = descriptor_pool.Default().FindEnumTypeByName(mode.proto_enum)
+    value = enum.values_by_number.get(number)
+    if value is None:
+        raise InvalidRequestError(field, f"unknown {mode.proto_prefix.rstrip('_').replace('_', ' ').lower()} {number}")
+    if number == 0:
+        return mode.unspecified
+    return mode.enum[value.name.removeprefix(mode.proto_prefix)]
 
 
 def acceptance_from_proto(value: int, field: str = "acceptance") -> AcceptanceMode | None:
-    if value not in _ACCEPTANCE_FROM_PROTO:
-        raise InvalidRequestError(field, f"unknown acceptance mode {value}")
-    return _ACCEPTANCE_FROM_PROTO[value]
+    return mode_from_number(ACCEPTANCE, value, field)
 
 
-def acceptance_to_proto(mode: AcceptanceMode) -> int:
-    return _ACCEPTANCE_TO_PROTO[mode]
+def acceptance_to_proto(mode: AcceptanceMode | str) -> int:
+    return mode_number(ACCEPTANCE, mode)
 
 
-def sampling_from_proto(message: common_pb2.SamplingParams, field: str = "sampling") -> SamplingParams:
-    values = {name: getattr(message, name) for name in ("temperature", "top_p", "top_k", "min_p") if message.HasField(name)}
-    try:
-        return SamplingParams(**values)
-    except ValidationError as error:
-        item = error.errors()[0]
-        raise InvalidRequestError(field_path(item["loc"], field), item["msg"]) from error
-
-
-def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
-    return common_pb2.SamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k, min_p=params.min_p)
+def policy_from_proto(value: int, field: str = "speculation_policy") -> SpeculationPolicy:
+    return mode_from_number(SPECULATION_POLICY, value, field)
 
 
 def source_to_proto(source: TokenSource) -> int:
     return _SOURCE_TO_PROTO[source]
 
 
-def penalties_from_proto(message: common_pb2.Penalties, field: str = "penalties") -> Penalties:
-    values = {
-        name: getattr(message, name) for name in ("presence_penalty", "frequency_penalty", "repetition_penalty") if message.HasField(name)
-    }
-    try:
-        return Penalties(**values, logit_bias=dict(message.logit_bias))
-    except ValidationError as error:
-        item = error.errors()[0]
-        raise InvalidRequestError(f"{field}.{item['loc'][0]}", item["msg"]) from error
+def set_field(message: Message, field: RequestField, value: Any, root: str = "") -> None:
+    """Put `value` where `field` travels, below `message` (a GenerateRequest; or the message at
+    `root`, e.g. "options" for GenerationOptions). A mode takes its member or value, a repeated field
+    a list (a lone string too), a map a dict."""
+    path = field.proto.removeprefix(f"{root}.") if root else field.proto
+    *parents, name = path.split(".")
+    for part in parents:
+        message = getattr(message, part)
+    descriptor = message.DESCRIPTOR.fields_by_name[name]
+    if field.mode is not None:
+        value = mode_number(field.mode, value)
+    if descriptor.message_type is not None and descriptor.message_type.GetOptions().map_entry:
+        getattr(message, name).update(value)
+    elif descriptor.is_repeated:
+        getattr(message, name).extend([value] if isinstance(value, str) else value)
+    else:
+        setattr(message, name, value)
+
+
+def present_values(message: Message, fields: tuple[RequestField, ...]) -> dict[str, Any]:
+    """{name: value} of the fields `message` (the fields' own message) carries; unset ones are left out."""
+    return {field.name: getattr(message, field.proto_name) for field in fields if message.HasField(field.proto_name)}
+
+
+def sampling_to_proto(params: SamplingParams) -> common_pb2.SamplingParams:
+    return common_pb2.SamplingParams(**{field.name: getattr(params, field.name) for field in SAMPLING})
 
 
 def penalties_to_proto(penalties: Penalties) -> common_pb2.Penalties:
-    return common_pb2.Penalties(
-        presence_penalty=penalties.presence_penalty,
-        frequency_penalty=penalties.frequency_penalty,
-        repetition_penalty=penalties.repetition_penalty,
-        logit_bias=penalties.logit_bias,
-    )
-
-
-def block_to_proto(block: DraftBlock) -> common_pb2.CandidateBlock:
-    message = common_pb2.CandidateBlock(
-        token_ids=block.candidate_ids.tolist(),
-        parent_indices=block.tree_parents or [],
-        sources=[source_to_proto(source) for source in block.sources],
-    )
-    if block.draft_probs is not None:
-        for token_ids, probs in sparse_rows(block.draft_probs):
-            message.draft_probs.add(token_ids=token_ids, probs=probs)
-    return message
-
-
-def block_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_draft_probs: bool, field: str = "block") -> DraftBlock:
-    """A candidate block, checked: ids in the vocabulary, where q is needed a valid q per candidate,
-    and a known source per candidate when sources are given."""
-    block = _candidates_from_proto(message, vocab_size, needs_draft_probs, field)
-    if not message.sources:
-        return block
-    if len(message.sources) != len(block):
-        raise InvalidRequestError(f"{field}.sources", f"{len(message.sources)} sources for {len(block)} candidates")
-    unknown = next((value for value in message.sources if value not in _CANDIDATE_SOURCE_FROM_PROTO), None)
-    if unknown is not None:
-        raise InvalidRequestError(f"{field}.sources", f"{unknown} is not a drafter's source (DRAFT, LOOKUP or PREDICTION)")
-    return replace(block, sources=tuple(_CANDIDATE_SOURCE_FROM_PROTO[value] for value in message.sources))
-
-
-def _candidates_from_proto(message: common_pb2.CandidateBlock, vocab_size: int, needs_draft_probs: bool, field: str) -> DraftBlock:
-    candidates = list(message.token_ids)
-    check_token_ids(candidates, vocab_size, f"{field}.token_ids")
-    if not candidates and not message.draft_probs and not message.parent_indices:
-        return DraftBlock.empty()  # a target-only round (e.g. when the budget is 0)
-    if message.parent_indices:
-        return _tree_block(message, candidates, needs_draft_probs, field)
-    if not needs_draft_probs:
-        return DraftBlock(torch.tensor(candidates, dtype=torch.long))
-    if len(message.draft_probs) != len(candidates):
-        raise InvalidRequestError(f"{field}.draft_probs", f"{len(message.draft_probs)} distributions for {len(candidates)} candidates")
-    rows = [
-        _checked_distribution(dist, candidate, vocab_size, f"{field}.draft_probs[{index}]")
-        for index, (dist, candidate) in enumerate(zip(message.draft_probs, candidates))
-    ]
-    return DraftBlock(torch.tensor(candidates, dtype=torch.long), _stack_ragged(rows))
-
-
-def _tree_block(message: common_pb2.CandidateBlock, candidates: list[int], needs_draft_probs: bool, field: str) -> DraftBlock:
-    parents = list(message.parent_indices)
-    if needs_draft_probs:
-        raise InvalidRequestError(f"{field}.parent_indices", "token trees are verified in greedy and coupled modes only, not rejection")
-    if len(parents) != len(candidates):
-        raise InvalidRequestError(f"{field}.parent_indices", f"{len(parents)} parents for {len(candidates)} candidates")
-    check_parents(parents, f"{field}.parent_indices")
-    return DraftBlock(torch.tensor(candidates, dtype=torch.long), tree_parents=parents)
-
-
-def _checked_distribution(
-    dist: common_pb2.SparseDistribution, candidate: int, vocab_size: int, field: str
-) -> tuple[list[int], list[float]]:
-    token_ids, probs = list(dist.token_ids), list(dist.probs)
-    if not token_ids or len(token_ids) != len(probs):
-        raise InvalidRequestError(
-            field, f"needs as many probs as token_ids and at least one (got {len(token_ids)} ids, {len(probs)} probs)"
-        )
-    check_token_ids(token_ids, vocab_size, f"{field}.token_ids")
-    if len(set(token_ids)) != len(token_ids):
-        raise InvalidRequestError(f"{field}.token_ids", "duplicate token ids")
-    if any(not math.isfinite(p) or p < 0 for p in probs):
-        raise InvalidRequestError(f"{field}.probs", "probabilities must be finite and >= 0")
-    if abs(sum(probs) - 1.0) > Q_SUM_TOLERANCE:
-        raise InvalidRequestError(f"{field}.probs", f"probabilities sum to {sum(probs):.6f}, not 1 (tolerance {Q_SUM_TOLERANCE})")
-    candidate_prob = probs[token_ids.index(candidate)] if candidate in token_ids else 0.0
-    if candidate_prob <= 0:
-        raise InvalidRequestError(field, f"the candidate {candidate} has q = 0: it cannot have been sampled from this q")
-    return token_ids, probs
-
-
-def _stack_ragged(rows: list[tuple[list[int], list[float]]]) -> SparseDistribution:
-    return concat_sparse(
-        [SparseDistribution(torch.tensor([ids], dtype=torch.long), torch.tensor([probs], dtype=torch.float64)) for ids, probs in rows]
-    )
+    return common_pb2.Penalties(**{field.name: getattr(penalties, field.name) for field in PENALTIES}, logit_bias=penalties.logit_bias)
 
 
 def vocab_fingerprint(tokenizer) -> str:

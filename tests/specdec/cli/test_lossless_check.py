@@ -12,8 +12,8 @@ from service_support import free_port
 
 from specdec import acceptance_rounds
 from specdec.acceptance import RoundVerdict
-from specdec.cli import main
 from specdec.cli.lossless_check import PROMPTS, LosslessCheck, run
+from specdec.cli.main import main
 from specdec.drafters import NgramDrafter, ngram
 
 CHECK_ARGS = ["--prompts", "3", "--max-tokens", "12"]

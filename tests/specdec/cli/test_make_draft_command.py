@@ -15,7 +15,7 @@ import gguf
 import numpy as np
 import pytest
 
-from specdec.cli import main
+from specdec.cli.main import main
 
 
 def _bad_inputs(root, tiny_target_dir) -> dict:

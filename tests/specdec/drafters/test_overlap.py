@@ -47,8 +47,8 @@ class CountingSession:
         self.committed.record_block(block)
         return block
 
-    def feedback(self, num_accepted: int, appended_ids: Sequence[int]) -> None:
-        self.committed.apply_feedback(num_accepted, appended_ids)
+    def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
+        self.committed.apply_feedback(num_accepted, appended_ids, accepted_nodes)
 
     def close(self) -> None:
         self.closed_after = len(self.proposed)
@@ -239,8 +239,8 @@ class _AheadRecorder:
                     session.draft_ahead()
                 return block
 
-            def feedback(self, num_accepted: int, appended_ids) -> None:
-                session.feedback(num_accepted, appended_ids)
+            def feedback(self, num_accepted: int, appended_ids, accepted_nodes=None) -> None:
+                session.feedback(num_accepted, appended_ids, accepted_nodes)
 
             def close(self) -> None:
                 session.close()

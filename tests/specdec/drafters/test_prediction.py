@@ -175,8 +175,8 @@ class _DiesOnFirstProposal:
             def propose(self, num_tokens):
                 raise DraftUnavailableError("the draft missed its per-round deadline")
 
-            def feedback(self, num_accepted, appended_ids):
-                session.feedback(num_accepted, appended_ids)
+            def feedback(self, num_accepted, appended_ids, accepted_nodes=None):
+                session.feedback(num_accepted, appended_ids, accepted_nodes)
 
             def close(self):
                 session.close()

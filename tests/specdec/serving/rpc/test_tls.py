@@ -217,7 +217,7 @@ def _healthcheck(role: str, port: int, tls: dict, tmp_path: Path, *flags: str) -
     """The probe as a container runs it: the service's own settings from its config file."""
     import yaml
 
-    from specdec.cli import main
+    from specdec.cli.main import main
 
     config = tmp_path / f"{role}-probe.yaml"
     config.write_text(yaml.safe_dump({"tls": tls}), encoding="utf-8")
@@ -306,7 +306,7 @@ def test_healthcheck_loads_without_torch():
     import sys
 
     code = (
-        "import sys; from specdec.cli import main; "
+        "import sys; from specdec.cli.main import main; "
         "rc = main(['healthcheck', 'draft', '--address', '127.0.0.1:1', '--timeout', '1']); "
         "print(rc, sorted(name for name in ('torch', 'transformers') if name in sys.modules))"
     )

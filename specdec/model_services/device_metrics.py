@@ -1,4 +1,4 @@
-"""CUDA memory gauges for the model services (torch); kept apart so the gateway's metrics stay torch-free."""
+"""CUDA memory gauges for the model services (torch), apart from specdec/serving so the gateway's metrics stay torch-free."""
 
 from __future__ import annotations
 
