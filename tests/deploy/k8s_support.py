@@ -1,8 +1,12 @@
-"""The Kubernetes objects of deploy/k8s/ (and those shown in its README), loaded strictly."""
+"""The Kubernetes objects of deploy/k8s/: each overlay as `kubectl kustomize` renders it (and the objects shown in
+its README), loaded strictly."""
 
 from __future__ import annotations
 
+import functools
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -12,20 +16,35 @@ K8S = ROOT / "deploy" / "k8s"
 README = K8S / "README.md"
 NAMESPACE = "specdec"
 KUBERNETES_VERSION = "1.30"  # schemas bundled with kubernetes-validate: validated offline
+OVERLAYS = ("cpu-tiny", "gpu-shared", "gpu-split")
+DEFAULT_OVERLAY = "gpu-split"
+GPU_RESOURCE = {"cpu-tiny": None, "gpu-shared": "nvidia.com/gpu.shared", "gpu-split": "nvidia.com/gpu"}
+# Custom resources: no schema among kubernetes-validate's core ones; checked structurally instead.
+CUSTOM_KINDS = {"PodMonitor": "monitoring.coreos.com/v1"}
 
 DRAFT_DNS = "draft.specdec.svc.cluster.local"
 
 
-def manifest_files() -> list[Path]:
-    return sorted(K8S.glob("*.yaml"))
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    assert path, "kubectl is needed to render the overlays (kubectl kustomize, offline; kubectl >= 1.27)"
+    return path
 
 
-def load_objects(path: Path) -> list[dict]:
-    return [document for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=StrictLoader) if document]
+@functools.cache
+def render(path: Path) -> tuple[dict, ...]:
+    """What `kubectl kustomize PATH` renders: the objects `kubectl apply -k PATH` would apply."""
+    result = subprocess.run([kubectl(), "kustomize", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"kubectl kustomize {path.relative_to(ROOT)} failed:\n{result.stderr}"
+    return tuple(document for document in yaml.load_all(result.stdout, Loader=StrictLoader) if document)
+
+
+def overlay_objects(overlay: str) -> tuple[dict, ...]:
+    return render(K8S / "overlays" / overlay)
 
 
 def readme_objects() -> list[dict]:
-    """The Kubernetes objects in the README's ```yaml blocks (other YAML there, e.g. adapter rules, is skipped)."""
+    """The Kubernetes objects in the README's ```yaml blocks (other YAML there is skipped)."""
     blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
     objects = []
     for block in blocks:
@@ -35,20 +54,24 @@ def readme_objects() -> list[dict]:
     return objects
 
 
-OBJECTS = [(path.name, obj) for path in manifest_files() for obj in load_objects(path)]
+OBJECTS = [(overlay, obj) for overlay in OVERLAYS for obj in overlay_objects(overlay)]
 README_OBJECTS = readme_objects()
 
 
-def by_kind(kind: str) -> dict[str, dict]:
-    return {obj["metadata"]["name"]: obj for _, obj in OBJECTS if obj["kind"] == kind}
+def by_kind(kind: str, overlay: str = DEFAULT_OVERLAY) -> dict[str, dict]:
+    return {obj["metadata"]["name"]: obj for obj in overlay_objects(overlay) if obj["kind"] == kind}
 
 
-DEPLOYMENTS = by_kind("Deployment")
+def deployments(overlay: str = DEFAULT_OVERLAY) -> dict[str, dict]:
+    return by_kind("Deployment", overlay)
+
+
+DEPLOYMENTS = deployments()
 
 
 def object_id(item) -> str:
-    name, obj = item
-    return f"{name}:{obj['kind']}/{obj['metadata']['name']}"
+    overlay, obj = item
+    return f"{overlay}:{obj['kind']}/{obj['metadata']['name']}"
 
 
 def pod_spec(deployment: dict) -> dict:

@@ -1,30 +1,35 @@
-"""Static checks of the Kubernetes manifests in deploy/k8s/ (and the manifests shown in its README):
-each object validates offline against the Kubernetes OpenAPI schemas (kubernetes-validate, strict: unknown
-fields fail), plus what the schemas cannot say: probes, resources, zero-downtime rollouts, drain time,
-non-root Pods, GPUs, the headless draft Service behind verify's dns:/// endpoint, PodDisruptionBudgets,
-no real keys in the Secret, and every specdec command line parsed by the real CLI parser."""
+"""Static checks of deploy/k8s/: every overlay as `kubectl kustomize` renders it (and the objects shown in its
+README). Each object validates offline against the Kubernetes OpenAPI schemas (kubernetes-validate, strict:
+unknown fields fail; the PodMonitor, a custom resource, has no core schema and is checked structurally in
+test_k8s_operator.py), plus what the schemas cannot say: probes, resources, zero-downtime rollouts, drain time,
+non-root Pods, GPUs, the headless draft Service behind verify's dns:/// endpoint, PodDisruptionBudgets, the image
+named in one place, the API keys Secret mounted as compose mounts it, and every specdec command line parsed by
+the real CLI parser. The NetworkPolicies: test_k8s_network_policies.py."""
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 
 import pytest
+import yaml
 from deploy_support import DRAIN_S, METRICS_PORTS, PORTS, ROLES, ROOT, parse_cli
 from k8s_support import (
-    DEPLOYMENTS,
+    CUSTOM_KINDS,
     DRAFT_DNS,
+    GPU_RESOURCE,
     K8S,
     KUBERNETES_VERSION,
     NAMESPACE,
     OBJECTS,
+    OVERLAYS,
     README,
     README_OBJECTS,
     by_kind,
     container,
-    manifest_files,
+    deployments,
     object_id,
+    overlay_objects,
     pod_spec,
     quantity,
     role_of,
@@ -36,26 +41,29 @@ try:
 except ImportError:  # pragma: no cover - a missing dev dependency
     pytest.fail("kubernetes-validate is not installed: pip install 'kubernetes-validate>=1.30' (a dev dependency)", pytrace=False)
 
-# --- schema -----------------------------------------------------------------------------------------
+GPU_OVERLAYS = [overlay for overlay in OVERLAYS if GPU_RESOURCE[overlay]]
+CORE_KINDS = {"Namespace", "Deployment", "Service", "ConfigMap", "NetworkPolicy"}
+GPU_KINDS = CORE_KINDS | {"PodDisruptionBudget", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "PodMonitor"}
+
+# --- rendering and schema -------------------------------------------------------------------------------
 
 
-def test_there_are_manifests():
-    assert manifest_files(), f"no manifests in {K8S}"
-    kinds = {obj["kind"] for _, obj in OBJECTS}
-    assert {
-        "Namespace",
-        "Deployment",
-        "Service",
-        "PodDisruptionBudget",
-        "Secret",
-        "ConfigMap",
-        "HorizontalPodAutoscaler",
-        "PersistentVolumeClaim",
-    } <= kinds
-    assert set(DEPLOYMENTS) == set(ROLES)
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_renders_the_three_roles(overlay):
+    kinds = {obj["kind"] for obj in overlay_objects(overlay)}
+    assert kinds == (CORE_KINDS if overlay == "cpu-tiny" else GPU_KINDS), f"{overlay}: {sorted(kinds)}"
+    assert set(deployments(overlay)) == set(ROLES)
 
 
-@pytest.mark.parametrize("item", OBJECTS + [("README.md", obj) for obj in README_OBJECTS], ids=object_id)
+def test_the_overlays_are_all_there_is():
+    assert sorted(path.name for path in (K8S / "overlays").iterdir()) == sorted(OVERLAYS)
+    assert not list(K8S.glob("*.yaml")), "manifests live in base/, components/ and overlays/: apply an overlay"
+
+
+SCHEMA_ITEMS = [item for item in OBJECTS if item[1]["kind"] not in CUSTOM_KINDS] + [("README.md", obj) for obj in README_OBJECTS]
+
+
+@pytest.mark.parametrize("item", SCHEMA_ITEMS, ids=object_id)
 def test_manifest_validates_against_the_kubernetes_schema(item):
     name, obj = item
     try:
@@ -67,6 +75,13 @@ def test_manifest_validates_against_the_kubernetes_schema(item):
         pytest.fail(f"{name}: {obj['kind']} {obj['apiVersion']}: {error.message}", pytrace=False)
 
 
+def test_custom_resources_are_only_the_known_ones():
+    for overlay, obj in OBJECTS:
+        if obj["kind"] in CUSTOM_KINDS:
+            assert obj["apiVersion"] == CUSTOM_KINDS[obj["kind"]], f"{overlay}: {obj['kind']} {obj['apiVersion']}"
+            assert overlay != "cpu-tiny", "cpu-tiny must apply on a cluster without the Prometheus Operator's CRDs"
+
+
 def test_everything_is_in_the_specdec_namespace():
     for name, obj in OBJECTS + [("README.md", obj) for obj in README_OBJECTS]:
         if obj["kind"] == "Namespace":
@@ -75,20 +90,23 @@ def test_everything_is_in_the_specdec_namespace():
             assert obj["metadata"].get("namespace") == NAMESPACE, f"{name}: {obj['kind']}/{obj['metadata']['name']}"
 
 
-def test_names_are_unique_per_kind():
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_names_are_unique_per_kind(overlay):
     seen = set()
-    for name, obj in OBJECTS:
+    for obj in overlay_objects(overlay):
         key = (obj["kind"], obj["metadata"]["name"])
-        assert key not in seen, f"{name}: {key} defined twice"
+        assert key not in seen, f"{overlay}: {key} defined twice"
         seen.add(key)
 
 
 # --- Deployments -------------------------------------------------------------------------------------
 
-ALL_DEPLOYMENTS = list(DEPLOYMENTS.items()) + [(obj["metadata"]["name"], obj) for obj in README_OBJECTS if obj["kind"] == "Deployment"]
+ALL_DEPLOYMENTS = [(overlay, deployment) for overlay in OVERLAYS for deployment in deployments(overlay).values()] + [
+    ("README.md", obj) for obj in README_OBJECTS if obj["kind"] == "Deployment"
+]
 
 
-@pytest.fixture(params=ALL_DEPLOYMENTS, ids=lambda item: item[0])
+@pytest.fixture(params=ALL_DEPLOYMENTS, ids=lambda item: f"{item[0]}:{item[1]['metadata']['name']}")
 def deployment(request) -> dict:
     return request.param[1]
 
@@ -131,19 +149,35 @@ def test_probes(deployment):
         assert budget >= 300, f"{role}: the startupProbe allows only {budget} s to load the model"
 
 
-def test_resources(deployment):
-    role = role_of(deployment)
-    resources = container(deployment).get("resources", {})
-    requests, limits = resources.get("requests", {}), resources.get("limits", {})
-    assert "cpu" in requests and "memory" in requests, f"{role}: cpu and memory requests"
-    assert "memory" in limits, f"{role}: a memory limit"
-    assert quantity(limits["memory"]) >= quantity(requests["memory"])
-    if role in ("draft", "verify"):
-        assert int(limits.get("nvidia.com/gpu", 0)) >= 1, f"{role}: nvidia.com/gpu limit"
-        if "nvidia.com/gpu" in requests:
-            assert requests["nvidia.com/gpu"] == limits["nvidia.com/gpu"]
-    else:
-        assert "nvidia.com/gpu" not in limits and "nvidia.com/gpu" not in requests, "the gateway is CPU only"
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_resources(overlay):
+    gpu = GPU_RESOURCE[overlay]
+    for name, deployment in deployments(overlay).items():
+        role = role_of(deployment)
+        resources = container(deployment).get("resources", {})
+        requests, limits = resources.get("requests", {}), resources.get("limits", {})
+        assert "cpu" in requests and "memory" in requests, f"{overlay} {role}: cpu and memory requests"
+        assert "memory" in limits, f"{overlay} {role}: a memory limit"
+        assert quantity(limits["memory"]) >= quantity(requests["memory"])
+        asked = {key for key in {**requests, **limits} if key.startswith("nvidia.com/")}
+        if role in ("draft", "verify") and gpu:
+            assert asked == {gpu}, f"{overlay} {role}: exactly one GPU resource, {gpu} (found {asked})"
+            assert int(limits[gpu]) == 1 and requests.get(gpu, limits[gpu]) == limits[gpu]
+            tolerations = pod_spec(deployment).get("tolerations", [])
+            assert any(t.get("key") == "nvidia.com/gpu" for t in tolerations), f"{overlay} {role}: tolerates the GPU taint"
+        else:
+            assert not asked, f"{overlay} {name}: no GPU (found {asked})"
+            assert not pod_spec(deployment).get("tolerations"), f"{overlay} {name}: no GPU taint to tolerate"
+
+
+def test_gpu_shared_puts_each_draft_beside_a_verify_pod():
+    draft = deployments("gpu-shared")["draft"]
+    (term,) = pod_spec(draft)["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert selects(term["labelSelector"], deployments("gpu-shared")["verify"]["spec"]["template"]["metadata"]["labels"])
+    for role in ("draft", "verify"):
+        env = {item["name"]: item.get("value") for item in container(deployments("gpu-shared")[role])["env"]}
+        assert env.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True", "as compose.single-gpu.yaml"
 
 
 def test_termination_grace_covers_the_drain(deployment):
@@ -161,33 +195,43 @@ def test_termination_grace_covers_the_drain(deployment):
 
 def test_runs_as_non_root(deployment):
     pod_context = pod_spec(deployment).get("securityContext", {})
-    main = container(deployment)
-    context = {**pod_context, **main.get("securityContext", {})}
-    assert context.get("runAsNonRoot") is True, "runAsNonRoot"
-    assert context.get("runAsUser", 10001) != 0
-    assert main.get("securityContext", {}).get("allowPrivilegeEscalation") is False
-    assert "ALL" in main.get("securityContext", {}).get("capabilities", {}).get("drop", [])
+    for main in pod_spec(deployment)["containers"] + pod_spec(deployment).get("initContainers", []):
+        context = {**pod_context, **main.get("securityContext", {})}
+        assert context.get("runAsNonRoot") is True, "runAsNonRoot"
+        assert context.get("runAsUser", 10001) != 0
+        assert main.get("securityContext", {}).get("allowPrivilegeEscalation") is False
+        assert "ALL" in main.get("securityContext", {}).get("capabilities", {}).get("drop", [])
+        assert main.get("securityContext", {}).get("readOnlyRootFilesystem") is True
     assert pod_spec(deployment).get("automountServiceAccountToken") is False, "no API token: the services never call the API server"
 
 
-def test_models_are_mounted_read_only(deployment):
-    role = role_of(deployment)
-    mounts = {mount["name"]: mount for mount in container(deployment).get("volumeMounts", [])}
-    volumes = {volume["name"]: volume for volume in pod_spec(deployment).get("volumes", [])}
-    models = [mount for mount in mounts.values() if mount["mountPath"] == "/models"]
-    if role == "gateway":
-        assert not models, "the gateway loads no model"
-        return
-    assert len(models) == 1, f"{role}: /models"
-    assert models[0].get("readOnly") is True
-    claim = volumes[models[0]["name"]].get("persistentVolumeClaim")
-    assert claim and claim.get("readOnly") is True, f"{role}: /models is a read-only PVC"
-    assert claim["claimName"] in by_kind("PersistentVolumeClaim")
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_models_are_mounted_read_only(overlay):
+    for deployment in deployments(overlay).values():
+        role = role_of(deployment)
+        volumes = {volume["name"]: volume for volume in pod_spec(deployment).get("volumes", [])}
+        models = [mount for mount in container(deployment).get("volumeMounts", []) if mount["mountPath"] == "/models"]
+        if role == "gateway":
+            assert not models, "the gateway loads no model"
+            continue
+        assert len(models) == 1 and models[0].get("readOnly") is True, f"{overlay} {role}: /models, read-only"
+        volume = volumes[models[0]["name"]]
+        if overlay == "cpu-tiny":
+            # the tiny pair: written by the init container into the Pod's emptyDir, then read-only for the service
+            assert "emptyDir" in volume and "persistentVolumeClaim" not in volume
+            (init,) = pod_spec(deployment)["initContainers"]
+            args = parse_cli(init["args"])
+            assert args.command == "make-tiny-pair" and args.directory == "/models", init["args"]
+            assert init["image"] == container(deployment)["image"], "the init container runs the service's image"
+            assert any(m["name"] == models[0]["name"] and not m.get("readOnly") for m in init["volumeMounts"])
+        else:
+            claim = volume.get("persistentVolumeClaim")
+            assert claim and claim.get("readOnly") is True, f"{overlay} {role}: /models is a read-only PVC"
+            assert claim["claimName"] in by_kind("PersistentVolumeClaim", overlay)
 
 
 def test_read_only_root_filesystem_has_a_writable_tmp(deployment):
     main = container(deployment)
-    assert main.get("securityContext", {}).get("readOnlyRootFilesystem") is True
     volumes = {volume["name"]: volume for volume in pod_spec(deployment)["volumes"]}
     tmp = [mount for mount in main["volumeMounts"] if mount["mountPath"] == "/tmp"]
     assert tmp and "emptyDir" in volumes[tmp[0]["name"]], "caches (HF_HOME, XDG_CACHE_HOME) live under /tmp"
@@ -210,51 +254,77 @@ def test_args_parse_with_the_specdec_cli(deployment):
     assert annotations.get("prometheus.io/path") == "/metrics"
 
 
-def test_gpu_roles_have_two_replicas_and_the_gateway_too():
-    for role in ROLES:
-        assert DEPLOYMENTS[role]["spec"]["replicas"] == 2, role
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_replicas(overlay):
+    for role, deployment in deployments(overlay).items():
+        # cpu-tiny is for trying it: one of each; the GPU layouts keep two, so one can go during a node drain
+        assert deployment["spec"]["replicas"] == (1 if overlay == "cpu-tiny" else 2), f"{overlay} {role}"
+        assert deployment["spec"].get("revisionHistoryLimit", 10) >= 2, "rollout undo needs the previous ReplicaSet"
 
 
-def test_one_image_pinned_across_roles():
-    images = {container(deployment)["image"] for deployment in DEPLOYMENTS.values()}
-    assert len(images) == 1, f"one image for the three roles: {images}"
-    (image,) = images
-    tag = image.rpartition(":")[2]
-    assert "/" not in tag and tag != "latest" and re.search(r"\d", tag), f"pin a version: {image}"
+def base_image() -> str:
+    kustomization = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text(encoding="utf-8"))
+    (entry,) = kustomization["images"]
+    assert entry["name"] == "specdec"
+    return f"{entry['newName']}:{entry['newTag']}"
+
+
+def test_the_image_is_named_in_one_place():
+    image = base_image()
+    assert image == "localhost/specdec:local", "what compose builds (compose.yaml: ${SPECDEC_IMAGE}:${SPECDEC_TAG} defaults)"
+    for path in K8S.rglob("*.yaml"):
+        if path.name == "kustomization.yaml":
+            if path.parent != K8S / "base":
+                assert "images" not in yaml.safe_load(path.read_text(encoding="utf-8")), f"{path}: a second place for the image"
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            match = re.match(r"\s*(?:- )?image:\s*(\S+)", line)
+            assert not match or match.group(1) == "specdec", f"{path.relative_to(ROOT)}: {line.strip()} (say `image: specdec`)"
+    for overlay in OVERLAYS:
+        images = {
+            c["image"] for d in deployments(overlay).values() for c in pod_spec(d)["containers"] + pod_spec(d).get("initContainers", [])
+        }
+        assert images == {image}, f"{overlay}: {images}"
 
 
 # --- the draft -> verify -> gateway wiring ------------------------------------------------------------
 
 
-def test_verify_round_robins_over_a_headless_draft_service():
-    services = by_kind("Service")
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_verify_round_robins_over_a_headless_draft_service(overlay):
+    services = by_kind("Service", overlay)
     draft_service = services["draft"]
     assert draft_service["spec"].get("clusterIP") == "None", "the draft Service is headless (clusterIP: None)"
-    assert selects(draft_service["spec"]["selector"], DEPLOYMENTS["draft"]["spec"]["template"]["metadata"]["labels"])
+    assert selects(draft_service["spec"]["selector"], deployments(overlay)["draft"]["spec"]["template"]["metadata"]["labels"])
     assert 50051 in {port["port"] for port in draft_service["spec"]["ports"]}
-    for name, deployment in ALL_DEPLOYMENTS:
+    for name, deployment in [
+        *deployments(overlay).items(),
+        *[(o["metadata"]["name"], o) for o in README_OBJECTS if o["kind"] == "Deployment"],
+    ]:
         if role_of(deployment) == "verify":
             endpoint = parse_cli(container(deployment)["args"]).draft_endpoint
             assert endpoint == f"dns:///{DRAFT_DNS}:50051", f"{name}: --draft-endpoint {endpoint}"
 
 
-def test_gateway_reaches_every_verify_pod():
-    services = by_kind("Service")
-    endpoint = parse_cli(container(DEPLOYMENTS["gateway"])["args"]).verify_endpoint
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_gateway_reaches_every_verify_pod(overlay):
+    services = by_kind("Service", overlay)
+    endpoint = parse_cli(container(deployments(overlay)["gateway"])["args"]).verify_endpoint
     match = re.fullmatch(r"(?:dns:///)?([a-z0-9-]+)\.specdec\.svc\.cluster\.local:(\d+)", endpoint)
     assert match, f"--verify-endpoint {endpoint}"
     service = services[match.group(1)]
     assert int(match.group(2)) in {port["port"] for port in service["spec"]["ports"]}
     if endpoint.startswith("dns:///"):
         assert service["spec"].get("clusterIP") == "None", "dns:/// round-robin needs a headless Service"
-    verify_pods = DEPLOYMENTS["verify"]["spec"]["template"]["metadata"]["labels"]
+    verify_pods = deployments(overlay)["verify"]["spec"]["template"]["metadata"]["labels"]
     assert selects(service["spec"]["selector"], verify_pods)
     assert services["verify"]["spec"].get("type", "ClusterIP") == "ClusterIP" and services["verify"]["spec"].get("clusterIP") != "None"
 
 
-def test_services_select_pods_and_name_their_ports():
-    pods = [obj["spec"]["template"] for obj in DEPLOYMENTS.values()]
-    for name, service in by_kind("Service").items():
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_services_select_pods_and_name_their_ports(overlay):
+    pods = [obj["spec"]["template"] for obj in deployments(overlay).values()]
+    for name, service in by_kind("Service", overlay).items():
         targets = [pod for pod in pods if selects(service["spec"]["selector"], pod["metadata"]["labels"])]
         assert targets, f"Service {name} selects no Pods"
         for port in service["spec"]["ports"]:
@@ -267,7 +337,7 @@ def test_services_select_pods_and_name_their_ports():
 def test_canary_in_the_readme_shares_the_verify_services():
     canaries = [obj for obj in README_OBJECTS if obj["kind"] == "Deployment"]
     assert canaries, "the README shows the canary Deployment"
-    stable = DEPLOYMENTS["verify"]
+    stable = deployments()["verify"]
     services = by_kind("Service")
     for canary in canaries:
         labels = canary["spec"]["template"]["metadata"]["labels"]
@@ -281,12 +351,17 @@ def test_canary_in_the_readme_shares_the_verify_services():
         assert needed in text, f"the README covers {needed}"
 
 
-def test_each_deployment_has_a_pod_disruption_budget():
-    budgets = by_kind("PodDisruptionBudget")
-    for name, deployment in DEPLOYMENTS.items():
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_pod_disruption_budgets(overlay):
+    budgets = by_kind("PodDisruptionBudget", overlay)
+    for name, deployment in deployments(overlay).items():
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         matching = [budget for budget in budgets.values() if selects(budget["spec"]["selector"], labels)]
-        assert len(matching) == 1, f"{name}: exactly one PodDisruptionBudget selects it (found {len(matching)})"
+        if deployment["spec"]["replicas"] < 2:
+            # minAvailable 1 of 1 would block every node drain
+            assert not matching, f"{overlay} {name}: a PodDisruptionBudget over a single replica"
+            continue
+        assert len(matching) == 1, f"{overlay} {name}: exactly one PodDisruptionBudget selects it (found {len(matching)})"
         (budget,) = matching
         assert budget["apiVersion"] == "policy/v1"
         assert budget["spec"].get("minAvailable") == 1
@@ -296,12 +371,14 @@ def test_each_deployment_has_a_pod_disruption_budget():
 # --- config, keys, autoscaling -------------------------------------------------------------------------
 
 
-def test_configmap_is_a_valid_specdec_config(tmp_path, monkeypatch):
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_configmap_is_a_valid_specdec_config(overlay, tmp_path, monkeypatch):
     from specdec.serving.config import load_config
 
     for key in [key for key in os.environ if key.startswith("SPECDEC_")]:
         monkeypatch.delenv(key)
-    (configmap,) = by_kind("ConfigMap").values()
+    (configmap,) = by_kind("ConfigMap", overlay).values()
+    assert re.fullmatch(r"specdec-config-[a-z0-9]{10}", configmap["metadata"]["name"]), "generated: a new name per config"
     path = tmp_path / "specdec.yaml"
     path.write_text(configmap["data"]["specdec.yaml"], encoding="utf-8")
     config = load_config(path)
@@ -309,8 +386,10 @@ def test_configmap_is_a_valid_specdec_config(tmp_path, monkeypatch):
     assert config.draft_service.grace_seconds == DRAIN_S["draft"]
     assert config.verify_service.grace_seconds == DRAIN_S["verify"]
     assert config.model.target_path.startswith("/models/") and config.model.draft_path.startswith("/models/")
-    gateway_args = parse_cli(container(DEPLOYMENTS["gateway"])["args"])
+    gateway_args = parse_cli(container(deployments(overlay)["gateway"])["args"])
     assert config.serving.api_keys_file == gateway_args.api_keys_file
+    if overlay == "cpu-tiny":
+        assert (config.model.device, config.model.draft_device, config.model.dtype) == ("cpu", "cpu", "float32")
 
 
 def test_config_file_is_mounted_where_specdec_config_points(deployment):
@@ -322,24 +401,41 @@ def test_config_file_is_mounted_where_specdec_config_points(deployment):
     mounted = [(mount, volumes[mount["name"]]) for mount in main["volumeMounts"] if config_path.startswith(mount["mountPath"] + "/")]
     assert mounted, f"nothing is mounted at {config_path}"
     mount, volume = mounted[0]
-    assert mount.get("readOnly") is True
-    assert volume["configMap"]["name"] in by_kind("ConfigMap")
-    assert config_path.rsplit("/", 1)[1] in by_kind("ConfigMap")[volume["configMap"]["name"]]["data"]
+    assert mount.get("readOnly") is True and "configMap" in volume
+    assert config_path.rsplit("/", 1)[1] == "specdec.yaml"
     for key in env:
         assert not re.search(r"API_KEYS?|SECRET|PASSWORD|TOKEN", key), f"{key}: keys come from the Secret file, not env"
 
 
-def test_gateway_reads_keys_from_the_secret_volume():
-    gateway = DEPLOYMENTS["gateway"]
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_configmap_reference_resolves(overlay):
+    configmaps = by_kind("ConfigMap", overlay)
+    for name, deployment in deployments(overlay).items():
+        for volume in pod_spec(deployment)["volumes"]:
+            if "configMap" in volume:
+                assert volume["configMap"]["name"] in configmaps, f"{overlay} {name}: ConfigMap {volume['configMap']['name']}"
+
+
+def compose_gateway_keys_file() -> str:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    return parse_cli(compose["services"]["gateway"]["command"]).api_keys_file
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_gateway_reads_keys_from_the_secret_where_compose_mounts_them(overlay):
+    gateway = deployments(overlay)["gateway"]
     keys_file = parse_cli(container(gateway)["args"]).api_keys_file
+    assert keys_file == compose_gateway_keys_file() == "/run/secrets/api_keys"
     volumes = {volume["name"]: volume for volume in pod_spec(gateway)["volumes"]}
     (mount,) = [mount for mount in container(gateway)["volumeMounts"] if keys_file.startswith(mount["mountPath"] + "/")]
     assert "subPath" not in mount, "a subPath mount would never see rotated keys"
     assert mount.get("readOnly") is True
-    secret_name = volumes[mount["name"]]["secret"]["secretName"]
-    secret = by_kind("Secret")[secret_name]
-    assert secret_name == "specdec-api-keys"
-    assert keys_file.rsplit("/", 1)[1] in {**secret.get("stringData", {}), **secret.get("data", {})}
+    secret = volumes[mount["name"]]["secret"]
+    assert secret["secretName"] == "specdec-api-keys" and not secret.get("optional"), "no keys file: the gateway does not start"
+    # Not rendered: `kubectl apply -k` must never replace real keys. The README says how to create it.
+    assert "specdec-api-keys" not in by_kind("Secret", overlay)
+    text = README.read_text(encoding="utf-8")
+    assert "create secret generic specdec-api-keys --from-file=api_keys=" in text
 
 
 KEY_LIKE = [
@@ -353,30 +449,18 @@ KEY_LIKE = [
 ]
 
 
-def secret_values(secret: dict) -> dict[str, str]:
-    values = dict(secret.get("stringData", {}))
-    for key, value in secret.get("data", {}).items():
-        values[key] = base64.b64decode(value).decode("utf-8", "replace")
-    return values
-
-
-def test_no_secret_holds_anything_like_a_real_key():
-    secrets = by_kind("Secret")
-    assert secrets
-    for name, secret in secrets.items():
-        for key, value in secret_values(secret).items():
-            live = [line for line in value.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-            assert not live, f"Secret {name}/{key} holds a usable key line; ship only a commented placeholder"
-            assert "REPLACE" in value.upper(), f"Secret {name}/{key}: say plainly that it is a placeholder"
-    for path in manifest_files():
+def test_nothing_in_deploy_k8s_looks_like_a_key():
+    assert not [obj for _, obj in OBJECTS if obj["kind"] == "Secret"], "no Secret is rendered"
+    for path in [*K8S.rglob("*.yaml"), README]:
         text = re.sub(r"sha256:[a-f0-9]{64}", "", path.read_text(encoding="utf-8"))
         for pattern in KEY_LIKE:
             found = pattern.search(text)
-            assert not found, f"{path.name} contains something that looks like a key: {found.group(0)[:12]}..."
+            assert not found, f"{path.relative_to(ROOT)} contains something that looks like a key: {found.group(0)[:12]}..."
 
 
-def test_gateway_autoscales_on_its_queue():
-    (hpa,) = by_kind("HorizontalPodAutoscaler").values()
+@pytest.mark.parametrize("overlay", GPU_OVERLAYS)
+def test_gateway_autoscales_on_its_queue(overlay):
+    (hpa,) = by_kind("HorizontalPodAutoscaler", overlay).values()
     assert hpa["apiVersion"] == "autoscaling/v2"
     target = hpa["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", "gateway")
@@ -385,9 +469,3 @@ def test_gateway_autoscales_on_its_queue():
     assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "specdec_requests_waiting"
     metrics_source = (ROOT / "specdec" / "serving" / "metrics.py").read_text(encoding="utf-8")
     assert '"specdec_requests_waiting"' in metrics_source, "the HPA's metric is one the gateway exports"
-
-
-def test_gpu_pods_tolerate_the_gpu_taint():
-    for role in ("draft", "verify"):
-        tolerations = pod_spec(DEPLOYMENTS[role]).get("tolerations", [])
-        assert any(t.get("key") == "nvidia.com/gpu" for t in tolerations), role
