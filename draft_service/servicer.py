@@ -220,7 +220,9 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             session.feedback(feedback.num_accepted, list(feedback.appended_ids), list(feedback.accepted_nodes) or None)
         except ValueError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"feedback.num_accepted: {error}")
-        return await _checked_draft_tokens(feedback.num_draft_tokens, "feedback.num_draft_tokens", context)
+        num_tokens = await _checked_draft_tokens(feedback.num_draft_tokens, "feedback.num_draft_tokens", context)
+        session.expect(num_tokens)
+        return num_tokens
 
     async def Status(self, request: common_pb2.ServerStatusRequest, context: grpc.aio.ServicerContext) -> common_pb2.ServerStatus:
         loaded = self.loaded

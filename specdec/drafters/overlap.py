@@ -43,7 +43,9 @@ class _Ahead:
 
     def __init__(self, block: list[int], limit: int) -> None:
         self.block = block
-        self.limit = limit  # candidates to draft past the guess: the K of the block just sent
+        # Candidates to draft past the guess: the K of the block just sent, until the next propose's K is known
+        # (`expect`). Written by the event loop, read by the drafting thread between tokens (one assignment).
+        self.limit = limit
         self.snapshot: CommittedSequence | None = None  # the committed state before the guess; set when drafting starts
         self.steps: list[DraftBlock] = []  # one token each: the guess g, then c1, c2, ...; compute_ms measured here
         self.exhausted = False  # the drafter had nothing more to propose (n-gram without a match)
@@ -110,6 +112,13 @@ class OverlappedDraftSession:
             return
         check_num_accepted(num_accepted, len(ahead.block))
         ahead.settle(num_accepted, list(appended_ids))
+
+    def expect(self, num_tokens: int) -> None:
+        """The next propose asks for `num_tokens`: draft ahead no further (an answer near max_tokens, or a smaller
+        adaptive K, would otherwise wait for candidates it cannot use)."""
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.limit = min(ahead.limit, num_tokens)
 
     def draft_ahead(self) -> None:
         """Draft past the last block as if the guess holds: stops when contradicted, or `limit` past the guess."""

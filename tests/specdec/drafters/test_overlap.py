@@ -166,6 +166,29 @@ def test_feedback_that_contradicts_the_guess_stops_the_pre_draft_between_tokens(
     assert inner.proposed == [8, 1, 1, 1]  # stopped after the token in flight, not K = 8 past the guess
 
 
+@pytest.mark.parametrize("next_k", [0, 1, 2])
+def test_a_smaller_next_k_stops_the_pre_draft_at_what_that_block_needs(next_k):
+    inner = CountingSession([2])
+    session = OverlappedDraftSession(inner)
+    block = session.propose(8).candidate_ids.tolist()
+    guess = _next_own_token([2, *block])
+
+    def held_guess_and_next_k_land_after_the_guess() -> None:
+        if len(inner.proposed) == 2:  # the guess drafted; c1 in flight
+            session.feedback(8, [guess])
+            session.expect(next_k)
+
+    inner.on_propose = held_guess_and_next_k_land_after_the_guess
+    session.draft_ahead()
+    # the guess and next_k candidates past it (at least the token in flight), not K = 8 past the guess
+    assert inner.proposed == [8, 1, *[1] * max(1, next_k)]
+    plain = CountingSession([2])
+    plain.propose(8)
+    plain.feedback(8, [guess])
+    assert session.propose(next_k).candidate_ids.tolist() == plain.propose(next_k).candidate_ids.tolist()
+    assert session.committed == plain.committed
+
+
 def test_feedback_is_validated_at_once_even_with_a_pre_draft_armed():
     session = OverlappedDraftSession(CountingSession([2]))
     session.propose(3)
