@@ -17,12 +17,18 @@ with the target's tokenizer on each reply's text, so every system is counted ali
 system, concurrency and temperature: tok/s (tokens / wall time of the groups), median TTFT and ITL,
 and the ratio to llama_cpp.server on the bf16 GGUF. T > 0 requests carry a seed. Run it alone on a
 quiet machine: it records the load average.
+
+Warm-up: before the measured groups, each system answers the prompts that are not measured (the file's last
+ones) for `--warmup-s` seconds, one at a time, as a server that has been up a while would have: llama.cpp's
+first decodes, each prompt cache, and specdec's load-aware policy, whose first windows compare drafting with
+plain steps (specdec/load_policy.py) before it settles.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import itertools
 import json
 import os
 import shlex
@@ -164,6 +170,15 @@ def run_group(system: System, prompts: list[str], args, temperature: float, toke
     return time.perf_counter() - started, replies
 
 
+def warm_up(systems: list[System], prompts: list[str], args, tokenizer) -> None:
+    for system in systems:
+        deadline = time.monotonic() + args.warmup_s
+        for index in itertools.count():
+            if time.monotonic() >= deadline:
+                break
+            ask(system, prompts[index % len(prompts)], args.max_tokens, 0.0, index, tokenizer)
+
+
 def measure(systems: list[System], prompts: list[str], args, tokenizer) -> list[dict]:
     results = []
     for temperature in args.temperatures:
@@ -228,6 +243,7 @@ def main() -> None:
     parser.add_argument("--specdec", action="append", default=[], help='"name=UP ARGS": another specdec stack (default: `up` alone)')
     parser.add_argument("--no-default-stack", action="store_true", help="only the --specdec stacks")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--warmup-s", type=float, default=15.0, help="seconds of unmeasured prompts per system first")
     args = parser.parse_args()
     from specdec.engines.hf import load_tokenizer
     from specdec.make_draft import make_draft
@@ -238,7 +254,8 @@ def main() -> None:
         make_draft(hf_dir, "bf16", bf16)
     log_dir = Path(args.out).with_suffix("") if args.out else Path("bench-results") / "peers"
     log_dir.mkdir(parents=True, exist_ok=True)
-    prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines() if line.strip()][: args.prompts]
+    every_prompt = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines() if line.strip()]
+    prompts, warmup_prompts = every_prompt[: args.prompts], every_prompt[args.prompts :][-4:] or every_prompt[-1:]
     stacks = ([] if args.no_default_stack else [("specdec", [])]) + [
         (spec.split("=", 1)[0], shlex.split(spec.split("=", 1)[1])) for spec in args.specdec
     ]
@@ -252,7 +269,9 @@ def main() -> None:
             process, stack_systems = start_specdec(name, up_args, log_dir)
             processes.append(process)
             systems += stack_systems
-        results = measure(systems, prompts, args, load_tokenizer(str(hf_dir)))
+        tokenizer = load_tokenizer(str(hf_dir))
+        warm_up(systems, warmup_prompts, args, tokenizer)
+        results = measure(systems, prompts, args, tokenizer)
     finally:
         for process in processes:
             process.terminate()
