@@ -21,7 +21,7 @@ W=${1:-${TMPDIR:-/tmp}/specdec-k8s-smoke}
 BASE=localhost/python:3.11-bookworm
 IMAGE=localhost/specdec
 NET=specdec-k8s-smoke
-SUBNET=10.89.77
+SUBNET=10.213.77    # outside podman's own 10.88-10.89 ranges
 PY=${PYTHON:-$SRC/.venv/bin/python}   # PyYAML and grpcio: `make install`'s virtual environment
 KUBE=("$PY" "$SRC/deploy/k8s/podman_kube.py")
 mkdir -p "$W"; cd "$W"
@@ -161,10 +161,18 @@ chat() {
   curl -fsS -m 120 -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' "$GATEWAY/v1/chat/completions" \
     -d '{"model":"target","messages":[{"role":"user","content":"Say hello."}],"max_tokens":16,"temperature":0}' >"chat-$1.json" \
     || fail "chat through the gateway ($1)"
-  "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["usage"]["completion_tokens"]>0 and r["speculative"]["enabled"], r; print("  chat:", r["usage"], "accepted", r["speculative"].get("accepted_tokens", "?"))' "chat-$1.json"
+  # fallback false: verify drafted through the draft Service's name, so the whole chain is wired
+  "$PY" - "chat-$1.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); s = r["speculative"]
+assert r["usage"]["completion_tokens"] > 0 and s["enabled"] and not s["fallback"], r
+print(f"  chat: {r['usage']['completion_tokens']} tokens, {s['rounds']} rounds, {s['accepted_tokens']}/{s['draft_tokens']} draft tokens accepted, fallback {s['fallback']}")
+EOF
 }
 step "release 1: a chat call through the gateway"
 chat release-1
+# what the requests were sized against (README.md, Sizing)
+podman stats --no-stream --format '  {{.Name}}: memory {{.MemUsage}}' draft-r1-draft verify-r1-verify gateway-r1-gateway || true
 
 step "roll forward to k8s-2, broken config (kubectl apply -k release-2): no new Pod may become ready"
 # kubectl apply -k starts one new Pod per Deployment (maxSurge: 1) beside the old ones (maxUnavailable: 0).

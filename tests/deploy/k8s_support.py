@@ -1,12 +1,13 @@
-"""The Kubernetes objects of deploy/k8s/: each overlay as `kubectl kustomize` renders it (and the objects shown in
-its README), loaded strictly."""
+"""The Kubernetes objects of deploy/k8s/: each overlay as `kubectl kustomize` renders it (with the verify canary
+component too), loaded strictly."""
 
 from __future__ import annotations
 
 import functools
-import re
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -35,7 +36,7 @@ def kubectl() -> str:
 def render(path: Path) -> tuple[dict, ...]:
     """What `kubectl kustomize PATH` renders: the objects `kubectl apply -k PATH` would apply."""
     result = subprocess.run([kubectl(), "kustomize", str(path)], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, f"kubectl kustomize {path.relative_to(ROOT)} failed:\n{result.stderr}"
+    assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
     return tuple(document for document in yaml.load_all(result.stdout, Loader=StrictLoader) if document)
 
 
@@ -43,19 +44,27 @@ def overlay_objects(overlay: str) -> tuple[dict, ...]:
     return render(K8S / "overlays" / overlay)
 
 
-def readme_objects() -> list[dict]:
-    """The Kubernetes objects in the README's ```yaml blocks (other YAML there is skipped)."""
-    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    objects = []
-    for block in blocks:
-        for document in yaml.load_all(block, Loader=StrictLoader):
-            if isinstance(document, dict) and "apiVersion" in document and "kind" in document:
-                objects.append(document)
-    return objects
+CANARY_IMAGE = "localhost/specdec:candidate"
+
+
+@functools.cache
+def canary_objects(overlay: str = DEFAULT_OVERLAY) -> tuple[dict, ...]:
+    """The overlay with the verify canary component, as README.md's Canary section runs it."""
+    with tempfile.TemporaryDirectory() as directory:
+        name, tag = CANARY_IMAGE.rsplit(":", 1)
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            # kustomize takes only relative paths
+            "resources": [os.path.relpath(K8S / "overlays" / overlay, directory)],
+            "components": [os.path.relpath(K8S / "components" / "verify-canary", directory)],
+            "images": [{"name": "specdec-canary", "newName": name, "newTag": tag}],
+        }
+        (Path(directory) / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
+        return render(Path(directory))
 
 
 OBJECTS = [(overlay, obj) for overlay in OVERLAYS for obj in overlay_objects(overlay)]
-README_OBJECTS = readme_objects()
 
 
 def by_kind(kind: str, overlay: str = DEFAULT_OVERLAY) -> dict[str, dict]:

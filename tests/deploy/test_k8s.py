@@ -1,10 +1,10 @@
-"""Static checks of deploy/k8s/: every overlay as `kubectl kustomize` renders it (and the objects shown in its
-README). Each object validates offline against the Kubernetes OpenAPI schemas (kubernetes-validate, strict:
-unknown fields fail; the PodMonitor, a custom resource, has no core schema and is checked structurally in
-test_k8s_operator.py), plus what the schemas cannot say: probes, resources, zero-downtime rollouts, drain time,
-non-root Pods, GPUs, the headless draft Service behind verify's dns:/// endpoint, PodDisruptionBudgets, the image
-named in one place, the API keys Secret mounted as compose mounts it, and every specdec command line parsed by
-the real CLI parser. The NetworkPolicies: test_k8s_network_policies.py."""
+"""Static checks of deploy/k8s/: every overlay as `kubectl kustomize` renders it, and the verify canary component.
+Each object validates offline against the Kubernetes OpenAPI schemas (kubernetes-validate, strict: unknown fields
+fail; the PodMonitor, a custom resource, has no core schema and is checked structurally in test_k8s_operator.py),
+plus what the schemas cannot say: probes, resources, zero-downtime rollouts, drain time, non-root Pods, GPUs, the
+headless draft Service behind verify's dns:/// endpoint, PodDisruptionBudgets, the image named in one place, the
+API keys Secret mounted as compose mounts it, and every specdec command line parsed by the real CLI parser. The
+NetworkPolicies: test_k8s_network_policies.py; the cpu-tiny requests against `specdec plan`: test_k8s_sizing.py."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 import yaml
 from deploy_support import DRAIN_S, METRICS_PORTS, PORTS, ROLES, ROOT, parse_cli
 from k8s_support import (
+    CANARY_IMAGE,
     CUSTOM_KINDS,
     DRAFT_DNS,
     GPU_RESOURCE,
@@ -24,8 +25,8 @@ from k8s_support import (
     OBJECTS,
     OVERLAYS,
     README,
-    README_OBJECTS,
     by_kind,
+    canary_objects,
     container,
     deployments,
     object_id,
@@ -60,7 +61,8 @@ def test_the_overlays_are_all_there_is():
     assert not list(K8S.glob("*.yaml")), "manifests live in base/, components/ and overlays/: apply an overlay"
 
 
-SCHEMA_ITEMS = [item for item in OBJECTS if item[1]["kind"] not in CUSTOM_KINDS] + [("README.md", obj) for obj in README_OBJECTS]
+CANARY = next(obj for obj in canary_objects() if obj["metadata"]["name"] == "verify-canary")
+SCHEMA_ITEMS = [item for item in OBJECTS if item[1]["kind"] not in CUSTOM_KINDS] + [("canary", CANARY)]
 
 
 @pytest.mark.parametrize("item", SCHEMA_ITEMS, ids=object_id)
@@ -83,7 +85,7 @@ def test_custom_resources_are_only_the_known_ones():
 
 
 def test_everything_is_in_the_specdec_namespace():
-    for name, obj in OBJECTS + [("README.md", obj) for obj in README_OBJECTS]:
+    for name, obj in [*OBJECTS, ("canary", CANARY)]:
         if obj["kind"] == "Namespace":
             assert obj["metadata"]["name"] == NAMESPACE
         else:
@@ -101,9 +103,7 @@ def test_names_are_unique_per_kind(overlay):
 
 # --- Deployments -------------------------------------------------------------------------------------
 
-ALL_DEPLOYMENTS = [(overlay, deployment) for overlay in OVERLAYS for deployment in deployments(overlay).values()] + [
-    ("README.md", obj) for obj in README_OBJECTS if obj["kind"] == "Deployment"
-]
+ALL_DEPLOYMENTS = [(overlay, deployment) for overlay in OVERLAYS for deployment in deployments(overlay).values()] + [("canary", CANARY)]
 
 
 @pytest.fixture(params=ALL_DEPLOYMENTS, ids=lambda item: f"{item[0]}:{item[1]['metadata']['name']}")
@@ -277,9 +277,11 @@ def test_the_image_is_named_in_one_place():
             if path.parent != K8S / "base":
                 assert "images" not in yaml.safe_load(path.read_text(encoding="utf-8")), f"{path}: a second place for the image"
             continue
+        # the canary's candidate is the one other image, named by the kustomization that adds the canary
+        allowed = "specdec-canary" if path.parent.name == "verify-canary" else "specdec"
         for line in path.read_text(encoding="utf-8").splitlines():
             match = re.match(r"\s*(?:- )?image:\s*(\S+)", line)
-            assert not match or match.group(1) == "specdec", f"{path.relative_to(ROOT)}: {line.strip()} (say `image: specdec`)"
+            assert not match or match.group(1) == allowed, f"{path.relative_to(ROOT)}: {line.strip()} (say `image: {allowed}`)"
     for overlay in OVERLAYS:
         images = {
             c["image"] for d in deployments(overlay).values() for c in pod_spec(d)["containers"] + pod_spec(d).get("initContainers", [])
@@ -297,10 +299,7 @@ def test_verify_round_robins_over_a_headless_draft_service(overlay):
     assert draft_service["spec"].get("clusterIP") == "None", "the draft Service is headless (clusterIP: None)"
     assert selects(draft_service["spec"]["selector"], deployments(overlay)["draft"]["spec"]["template"]["metadata"]["labels"])
     assert 50051 in {port["port"] for port in draft_service["spec"]["ports"]}
-    for name, deployment in [
-        *deployments(overlay).items(),
-        *[(o["metadata"]["name"], o) for o in README_OBJECTS if o["kind"] == "Deployment"],
-    ]:
+    for name, deployment in [*deployments(overlay).items(), ("verify-canary", CANARY)]:
         if role_of(deployment) == "verify":
             endpoint = parse_cli(container(deployment)["args"]).draft_endpoint
             assert endpoint == f"dns:///{DRAFT_DNS}:50051", f"{name}: --draft-endpoint {endpoint}"
@@ -334,20 +333,41 @@ def test_services_select_pods_and_name_their_ports(overlay):
                 assert target in declared or target in declared.values(), f"Service {name}: targetPort {target}"
 
 
-def test_canary_in_the_readme_shares_the_verify_services():
-    canaries = [obj for obj in README_OBJECTS if obj["kind"] == "Deployment"]
-    assert canaries, "the README shows the canary Deployment"
+def test_the_canary_shares_the_verify_services_and_budget():
+    rendered = canary_objects()
+    services = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Service"}
+    stable = next(obj for obj in rendered if obj["kind"] == "Deployment" and obj["metadata"]["name"] == "verify")
+    labels = CANARY["spec"]["template"]["metadata"]["labels"]
+    assert labels.get("track") == "canary" and CANARY["spec"]["replicas"] == 1
+    assert selects(services["verify"]["spec"]["selector"], labels), "the canary is behind the verify Service"
+    assert selects(services["verify-headless"]["spec"]["selector"], labels)
+    assert not selects(stable["spec"]["selector"], labels), "the stable Deployment must not adopt canary Pods"
+    assert not selects(CANARY["spec"]["selector"], stable["spec"]["template"]["metadata"]["labels"])
+    budgets = [obj for obj in rendered if obj["kind"] == "PodDisruptionBudget" and selects(obj["spec"]["selector"], labels)]
+    assert len(budgets) == 1, "exactly the verify PodDisruptionBudget: a Pod under two cannot be evicted"
+    assert container(CANARY)["image"] == CANARY_IMAGE and container(stable)["image"] == "localhost/specdec:local"
+
+
+def test_the_canary_is_the_stable_verify_but_for_its_track_image_and_replicas():
     stable = deployments()["verify"]
-    services = by_kind("Service")
-    for canary in canaries:
-        labels = canary["spec"]["template"]["metadata"]["labels"]
-        assert labels.get("track") == "canary" and canary["spec"]["replicas"] == 1
-        assert selects(services["verify"]["spec"]["selector"], labels), "the canary is behind the verify Service"
-        assert selects(services["verify-headless"]["spec"]["selector"], labels)
-        assert not selects(stable["spec"]["selector"], labels), "the stable Deployment must not adopt canary Pods"
-        assert not selects(canary["spec"]["selector"], stable["spec"]["template"]["metadata"]["labels"])
+
+    def normalized(deployment: dict) -> dict:
+        text = yaml.safe_dump(deployment)
+        for old, new in (
+            ("verify-canary", "verify"),
+            ("track: canary", "track: stable"),
+            (CANARY_IMAGE, "IMAGE"),
+            ("localhost/specdec:local", "IMAGE"),
+        ):
+            text = text.replace(old, new)
+        text = text.replace(",specdec.track=canary", "")
+        document = yaml.safe_load(text)
+        document["spec"].pop("replicas")
+        return document
+
+    assert normalized(CANARY) == normalized(stable), "components/verify-canary/verify-canary.yaml drifted from base/verify.yaml"
     text = README.read_text(encoding="utf-8")
-    for needed in ("kubectl -n specdec rollout status", "rollout undo", "track: canary"):
+    for needed in ("kubectl -n specdec rollout status", "rollout undo", "components/verify-canary"):
         assert needed in text, f"the README covers {needed}"
 
 
