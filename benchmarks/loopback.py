@@ -28,6 +28,13 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+_RUNNING_GAUGES = {
+    "draft": "specdec_draft_requests_running ",
+    "verify": "specdec_requests_running ",
+    "gateway": "specdec_gateway_requests_running ",
+}
+
+
 class Services:
     """The running stack: URLs, RSS per process and the live-session gauge each service exports."""
 
@@ -55,7 +62,7 @@ class Services:
         values = {}
         for name, url in self.metrics.items():
             lines = httpx.get(url, timeout=5).text.splitlines()
-            gauge = "specdec_gateway_requests_running " if name == "gateway" else "specdec_requests_running "  # the gateway's own name
+            gauge = _RUNNING_GAUGES[name]  # each service's own name (one source per metric)
             values[name] = next(float(line.split()[1]) for line in lines if line.startswith(gauge))
         return values
 

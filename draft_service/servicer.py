@@ -200,7 +200,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if report.outcome is not None:
             self.metrics.predrafted_blocks.labels(report.outcome).inc()
             self.metrics.predraft_saved.inc(report.saved_ms / 1000)
-        self.metrics.round_duration.labels("draft").observe(block.compute_ms / 1000)
+        self.metrics.block_compute.observe(block.compute_ms / 1000)
         self.metrics.proposed_tokens.inc(len(block))
         return draft_pb2.ProposeResponse(block=block_to_proto(block), draft_ms=block.compute_ms)
 

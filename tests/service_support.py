@@ -155,10 +155,11 @@ class LoopbackStack:
         return http_ok(f"{self.url}/ready") if name == "gateway" else grpc_serving(self.ports[name])
 
     def sessions(self) -> dict[str, float]:
-        """Live sessions per service: the `specdec_requests_running` gauge of draft and verify, the
-        gateway's `specdec_gateway_requests_running` (its own name: no metric is exported by two services)."""
+        """Live sessions per service: verify's `specdec_requests_running` gauge, the draft's
+        `specdec_draft_requests_running` and the gateway's `specdec_gateway_requests_running` (each its
+        own name: no metric is exported by two services)."""
         urls = {
-            "draft": (f"http://127.0.0.1:{self.ports['draft_metrics']}/metrics", "specdec_requests_running"),
+            "draft": (f"http://127.0.0.1:{self.ports['draft_metrics']}/metrics", "specdec_draft_requests_running"),
             "verify": (f"http://127.0.0.1:{self.ports['verify_metrics']}/metrics", "specdec_requests_running"),
             "gateway": (f"{self.url}/metrics", "specdec_gateway_requests_running"),
         }

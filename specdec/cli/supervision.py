@@ -2,7 +2,8 @@
 backoff, within a crash budget: specdec/cli/restarts.py), stopped in reverse order.
 
 Each restart is one log line (service, exit status, restart number, delay) and reaches the new
-process as $SPECDEC_RESTARTS, which it exports as the `specdec_process_restarts` gauge.
+process as $SPECDEC_RESTARTS, which it exports as its restarts gauge (`specdec_process_restarts` on
+verify, `specdec_draft_process_restarts` on the draft, `specdec_gateway_process_restarts` on the gateway).
 """
 
 from __future__ import annotations

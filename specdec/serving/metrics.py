@@ -5,11 +5,21 @@ what that service reports on top of the shared ServiceMetrics): draft and verify
 metrics port, the gateway on /metrics. No torch here: the gateway imports this module;
 the model services add CUDA memory with specdec.model_services.device_metrics.track_cuda.
 
-One source per metric: the verify service alone counts tokens and rounds (specdec_generated_tokens,
-specdec_spec_decode_*), so a sum() without a job filter counts each token once. The gateway exports
-no name verify exports: its own view of requests (outcomes by HTTP status, latency, time to first
-token, requests in flight, restarts) is named specdec_gateway_*, and its memory is the standard
-process collector's; the draft's proposed tokens are specdec_draft_proposed_tokens. Derived in PromQL:
+One source per metric: no two services export the same name, so a sum() without a job filter counts
+each request, token and round once. The verify service alone counts tokens and rounds
+(specdec_generated_tokens, specdec_spec_decode_*, specdec_round_duration_seconds by phase) and keeps
+the plain base names (specdec_requests_total, specdec_e2e_request_latency_seconds,
+specdec_requests_running, specdec_process_restarts). Every HTTP request is one gateway request, one
+verify Generate and one draft Propose stream, so the other two name their own view of requests
+(outcomes, latency, sessions in flight, restarts) with a prefix: specdec_gateway_* (its memory is the
+standard process collector's) and specdec_draft_*, like the draft's own counters
+(specdec_draft_proposed_tokens, its compute per block specdec_draft_block_compute_seconds).
+The exception, shared on purpose: the model memory gauges, specdec_model_memory_bytes and
+specdec_device_memory_total_bytes, exported by both draft and verify, each about its own process
+(split by job): two processes' memory legitimately sums to what both hold on a device they share,
+and the device's total is the same fact from either (take max, not sum). Likewise the batching
+metrics a batching service adds (specdec.batching.metrics: specdec_batch_*, specdec_kv_cache_*)
+count each process's own forward passes and KV cache, distinct things that add up. Derived in PromQL:
   acceptance rate      = rate(specdec_spec_decode_num_accepted_tokens_total[5m])
                          / rate(specdec_spec_decode_num_draft_tokens_total[5m])
   mean accepted length = 1 + rate(..._num_accepted_tokens_total[5m]) / rate(..._num_drafts_total[5m])
@@ -36,8 +46,9 @@ RESTARTS_ENV = "SPECDEC_RESTARTS"
 class ServiceMetrics:
     """What every service reports: finished requests by outcome, their latency, sessions, restarts.
 
-    `prefix` starts every name: "specdec_" for the model services, "specdec_gateway_" for the gateway,
-    whose requests are verify's requests too (the same name on both would count each one twice)."""
+    `prefix` starts every name: "specdec_" for verify, "specdec_draft_" for the draft, "specdec_gateway_"
+    for the gateway, whose requests are verify's requests too (the same name on two services would count
+    each one twice: the module's docstring)."""
 
     def __init__(self, service: str, prefix: str = "specdec_") -> None:
         self.service = service
@@ -66,10 +77,11 @@ class ServiceMetrics:
 
 
 class ModelServiceMetrics(ServiceMetrics):
-    """A service that holds a model (verify, draft): its memory against the device's."""
+    """A service that holds a model (verify, draft): its memory against the device's. The memory gauges
+    keep their names on both (the module's docstring); `prefix` names the rest."""
 
-    def __init__(self, service: str) -> None:
-        super().__init__(service)
+    def __init__(self, service: str, prefix: str = "specdec_") -> None:
+        super().__init__(service, prefix=prefix)
         registry = self.registry
         self.model_memory = Gauge("specdec_model_memory_bytes", "Memory held by the model process", ["device", "kind"], registry=registry)
         self.device_memory_total = Gauge("specdec_device_memory_total_bytes", "Total memory of the device", ["device"], registry=registry)
@@ -154,16 +166,23 @@ class VerifyMetrics(ModelServiceMetrics):
 
 
 class DraftMetrics(ModelServiceMetrics):
-    """The draft service's: its blocks, their compute time, and overlap's drafting ahead."""
+    """The draft service's: its blocks, their compute time, and overlap's drafting ahead. Its requests
+    (Propose streams) are specdec_draft_requests_total and the like: each is a verify request too."""
 
     def __init__(self) -> None:
-        super().__init__("draft")
+        super().__init__("draft", prefix="specdec_draft_")
         registry = self.registry
         # not specdec_spec_decode_num_draft_tokens: verify counts the candidates it verifies under that name
         self.proposed_tokens = Counter(
             "specdec_draft_proposed_tokens", "Draft tokens proposed in the blocks this service returned", registry=registry
         )
-        self.round_duration = _round_duration(registry)
+        # not specdec_round_duration_seconds{phase="draft"}: verify times that phase of every round itself
+        self.block_compute = Histogram(
+            "specdec_draft_block_compute_seconds",
+            "Draft compute per block this service returned (verify's rounds time it as phase=draft)",
+            registry=registry,
+            buckets=_ROUND_BUCKETS,
+        )
         self.predrafted_blocks = Counter(
             "specdec_draft_predrafted_blocks",
             "Blocks drafted ahead, by outcome: used (the guess held) or discarded",

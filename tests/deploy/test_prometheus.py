@@ -38,6 +38,7 @@ COUNTERS = {
     "specdec_generated_tokens_total",
     "specdec_target_forwards_total",
     "specdec_requests_total",
+    "specdec_draft_requests_total",
     "specdec_gateway_requests_total",
     "specdec_draft_proposed_tokens_total",
     "specdec_draft_predrafted_blocks_total",
@@ -48,21 +49,27 @@ HISTOGRAMS = {
     "specdec_gateway_time_to_first_token_seconds",
     "specdec_inter_token_latency_seconds",
     "specdec_e2e_request_latency_seconds",
+    "specdec_draft_e2e_request_latency_seconds",
     "specdec_gateway_e2e_request_latency_seconds",
     "specdec_request_queue_time_seconds",
     "specdec_round_duration_seconds",
+    "specdec_draft_block_compute_seconds",
     "specdec_spec_decode_chosen_k",
 }
 GAUGES = {
     "specdec_requests_running",
+    "specdec_draft_requests_running",
     "specdec_gateway_requests_running",
     "specdec_requests_waiting",
     "specdec_model_memory_bytes",
     "specdec_device_memory_total_bytes",
     "specdec_load_policy_drafting",
     "specdec_process_restarts",
+    "specdec_draft_process_restarts",
     "specdec_gateway_process_restarts",
 }
+# The one set of names both model services export (their memory: two processes' memory sums).
+MODEL_SERVICE_GAUGES = {"specdec_model_memory_bytes", "specdec_device_memory_total_bytes"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 # Names that can appear in a query: a histogram only through its series.
 QUERYABLE = COUNTERS | GAUGES | {name + suffix for name in HISTOGRAMS for suffix in HISTOGRAM_SUFFIXES}
@@ -204,6 +211,17 @@ def test_each_service_exports_only_what_it_reports():
     assert not exported["specdec-gateway"] & exported["specdec-verify"]
     spec_decode = {name for names in exported.values() for name in names if name.startswith("specdec_spec_decode_")}
     assert spec_decode and spec_decode <= exported["specdec-verify"] - exported["specdec-gateway"] - exported["specdec-draft"]
+
+
+def test_draft_and_verify_share_no_name_but_the_memory_gauges():
+    """One source per metric (issue 29): each HTTP request is one verify Generate and one draft Propose
+    stream, so a request metric both model services exported would count it twice in a sum() without a
+    job filter; the draft's are specdec_draft_*. Only the memory gauges are shared (the docstring of
+    specdec/serving/metrics.py): each process's memory is its own, and they sum to what both hold."""
+    exported = _exported_by_job()
+    assert exported["specdec-draft"] & exported["specdec-verify"] == MODEL_SERVICE_GAUGES
+    for name in ("requests_total", "requests_running", "process_restarts", "e2e_request_latency_seconds_bucket"):
+        assert f"specdec_draft_{name}" in exported["specdec-draft"] and f"specdec_{name}" in exported["specdec-verify"]
 
 
 def test_queries_for_one_job_name_metrics_that_job_exports():

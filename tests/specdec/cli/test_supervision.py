@@ -83,9 +83,9 @@ def _drafted(reply: dict) -> bool:
     return reply["speculative"]["draft_tokens"] > 0 and not reply["speculative"]["fallback"]
 
 
-def _restarts_gauge(port: int) -> float:
+def _restarts_gauge(port: int, name: str) -> float:
     lines = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text.splitlines()
-    return next(float(line.split()[1]) for line in lines if line.startswith("specdec_process_restarts "))
+    return next(float(line.split()[1]) for line in lines if line.startswith(f"{name} "))
 
 
 def _up_lines(tmp_path) -> list[str]:
@@ -110,8 +110,8 @@ def test_a_killed_draft_is_restarted_and_requests_meanwhile_complete_with_the_ta
             time.sleep(0.2)
         assert any(reply["speculative"]["fallback"] for reply in replies)  # some ran while the draft was down
         assert _only_pid("draft", ports) != old_pid
-        assert _restarts_gauge(ports["--draft-metrics-port"]) == 1
-        assert _restarts_gauge(ports["--verify-metrics-port"]) == 0  # verify ran on, untouched
+        assert _restarts_gauge(ports["--draft-metrics-port"], "specdec_draft_process_restarts") == 1
+        assert _restarts_gauge(ports["--verify-metrics-port"], "specdec_process_restarts") == 0  # verify ran on, untouched
     lines = _up_lines(tmp_path)
     assert "specdec up: draft exited with status -9 (SIGKILL); restart 1 in 0.5s (1 exits within 60s; 5 stop the stack)" in lines, lines
     assert "specdec up: draft is healthy again (restart 1)" in lines, lines
@@ -131,7 +131,7 @@ def test_a_killed_verify_means_fast_503s_with_retry_after_until_it_is_back(tmp_p
             time.sleep(0.2)
         assert refused > 0
         assert reply.json()["choices"][0]["message"]["content"] == before.json()["choices"][0]["message"]["content"]
-        assert _restarts_gauge(ports["--verify-metrics-port"]) == 1
+        assert _restarts_gauge(ports["--verify-metrics-port"], "specdec_process_restarts") == 1
     assert any(line.startswith("specdec up: verify exited with status -9 (SIGKILL); restart 1 in 0.5s") for line in _up_lines(tmp_path))
 
 
