@@ -1,7 +1,7 @@
 """What deploy/k8s/smoke.sh needs to run a rendered overlay with `podman kube play` (podman 4.3), which is not
 a Kubernetes: no controllers, no Services, no probes of its own that match the kubelet's.
 
-  adapt RENDERED OUT_DIR --revision r1 --ip-base 10.89.77.10 --secrets-dir DIR [--services-from PODS.json]
+  adapt RENDERED OUT_DIR --revision r1 --ip-base 10.213.77.11 --secrets-dir DIR [--services-from SERVICES.json]
       One Pod file per Deployment (its ConfigMaps beside it, the only other kind podman 4.3 plays), named
       <deployment>-<revision>, with a static IP. Prints every object or field left out and why. What
       kubectl would do differently:

@@ -203,7 +203,8 @@ config_1=$(grep -m1 -o 'specdec-config-[a-z0-9]*' release-1.yaml)
 for role in draft verify gateway; do
   image=$(podman inspect "$role-r1-$role" --format '{{.ImageName}}')
   [ "$image" = "$IMAGE:k8s-1" ] || fail "$role runs $image, not release 1's image"
-  grep -q "$config_1" release-1-pods/$role.yaml || fail "$role does not mount release 1's config $config_1"
+  podman inspect "$role-r1-$role" --format '{{range .Mounts}}{{.Name}} {{end}}' | grep -qw -- "$config_1" \
+    || fail "$role does not mount release 1's config $config_1"
   echo "  $role: $image, $config_1"
 done
 [ -z "$(podman pod ls -q --filter name=-r2)" ] || fail "a release 2 Pod is left"
