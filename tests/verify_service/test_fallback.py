@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from service_support import free_port, spawn_service
@@ -24,14 +25,16 @@ from specdec.sampling import SamplingParams
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 
 
-def _spawn(*args: str) -> subprocess.Popen:
-    return spawn_service(*args, "--metrics-port", "0")
+def _spawn(log: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    # NOTE: to a file, not a pipe: nothing reads a pipe while the process serves, and a process that fills one
+    # blocks in its next log write (a draft stalled that way misses its round deadline: a fallback).
+    return spawn_service(*args, "--metrics-port", "0", env=env, log=log)
 
 
-def _wait_serving(client: VerifyClient, process: subprocess.Popen, timeout: float = 60.0) -> None:
+def _wait_serving(client: VerifyClient, process: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert process.poll() is None, process.stdout.read().decode()
+        assert process.poll() is None, log.read_text(errors="replace")
         if client.is_serving(timeout=1.0):
             return
         time.sleep(0.2)
@@ -39,27 +42,27 @@ def _wait_serving(client: VerifyClient, process: subprocess.Popen, timeout: floa
 
 
 @pytest.fixture(scope="module")
-def processes(tiny_pair_paths):
+def processes(tiny_pair_paths, tmp_path_factory):
     draft_port, verify_port = free_port(), free_port()
-    draft = _spawn("draft", "--draft", str(tiny_pair_paths.draft), "--port", str(draft_port))
+    logs = tmp_path_factory.mktemp("fallback-services")
+    draft = _spawn(logs / "draft.log", "draft", "--draft", str(tiny_pair_paths.draft), "--port", str(draft_port))
     # NOTE: a generous round deadline: on the suite's loaded 2 cores one slow block made a whole request fall
     # back (by design: test_a_draft_slower_than_its_deadline_falls_back tests that); these tests are about processes.
-    verify = spawn_service(
+    verify = _spawn(
+        logs / "verify.log",
         "verify",
         "--target",
         str(tiny_pair_paths.target),
         "--port",
         str(verify_port),
-        "--metrics-port",
-        "0",
         "--draft-endpoint",
         f"127.0.0.1:{draft_port}",
         env={"SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000"},
     )
     client = VerifyClient(f"127.0.0.1:{verify_port}")
     try:
-        _wait_serving(VerifyClient(f"127.0.0.1:{draft_port}"), draft)
-        _wait_serving(client, verify)
+        _wait_serving(VerifyClient(f"127.0.0.1:{draft_port}"), draft, logs / "draft.log")
+        _wait_serving(client, verify, logs / "verify.log")
         # NOTE: a fresh draft's first block (lazy initialisation) can miss the 2 s round deadline on a loaded
         # host, and that request then falls back by design: warm both processes once.
         client.generate(PROMPT, max_tokens=8, temperature=0)
@@ -230,16 +233,18 @@ def test_propose_streams_round_robin_over_draft_replicas(make_draft_server, make
             completion = client.generate(PROMPT, max_tokens=20, temperature=0, ignore_eos=True)
             assert completion.token_ids == greedy_reference[:20] and not completion.summary.fallback
             assert completion.summary.rounds > 0 and completion.summary.draft_tokens > 0
-    served = [replica.servicer.metrics.registry.get_sample_value("specdec_requests_total", {"code": "ok"}) or 0 for replica in replicas]
+    served = [
+        replica.servicer.metrics.registry.get_sample_value("specdec_draft_requests_total", {"code": "ok"}) or 0 for replica in replicas
+    ]
     assert all(count >= 2 for count in served), served
 
 
-def test_sigterm_with_a_stream_in_flight_flips_health_first_and_finishes_the_stream(tiny_pair_paths, greedy_reference):
+def test_sigterm_with_a_stream_in_flight_flips_health_first_and_finishes_the_stream(tiny_pair_paths, greedy_reference, tmp_path):
     port = free_port()
-    verify = _spawn("verify", "--target", str(tiny_pair_paths.target), "--port", str(port), "--no-draft")
+    verify = _spawn(tmp_path / "verify.log", "verify", "--target", str(tiny_pair_paths.target), "--port", str(port), "--no-draft")
     client = VerifyClient(f"127.0.0.1:{port}")
     try:
-        _wait_serving(client, verify)
+        _wait_serving(client, verify, tmp_path / "verify.log")
         stream = client.generate_stream(PROMPT, max_tokens=300, temperature=0, ignore_eos=True, speculative=False)
         responses = [next(stream)]
         verify.send_signal(signal.SIGTERM)
