@@ -239,6 +239,24 @@ def test_no_import_points_up_a_layer():
     assert imports_upward(graph) == []
 
 
+def engines_importing_drafters(root: Path = ROOT) -> list[str]:
+    """Engine modules that import a drafter: drafters run on engines (a GGUF draft on llama.cpp's sequences),
+    never the other way (the reduced-vocabulary architecture an engine registers lives with the engines)."""
+    graph = import_graph(root)
+    return sorted(
+        f"{importer} -> {imported}"
+        for importer, imports in graph.items()
+        if _within(importer, "specdec.engines")
+        for imported in imports
+        if _within(imported, "specdec.drafters")
+    )
+
+
+def test_engines_import_no_drafter():
+    assert any(_within(name, "specdec.engines") for name in module_files())
+    assert engines_importing_drafters() == []
+
+
 @pytest.fixture
 def fake_tree(tmp_path):
     def write(files: dict[str, str]) -> Path:
@@ -354,3 +372,14 @@ def test_the_core_importing_the_config_is_an_upward_import(fake_tree):
         "specdec.batching.service -> specdec.serving.config",
         "specdec.serving.metrics -> specdec.model_services.device_metrics",
     ]
+
+
+def test_an_engine_importing_a_drafter_for_a_side_effect_is_reported(fake_tree):
+    root = fake_tree(
+        {
+            "specdec/engines/hf.py": "from specdec.drafters import reduced_vocab  # noqa: F401\n",
+            "specdec/drafters/reduced_vocab.py": "",
+            "specdec/drafters/gguf.py": "from specdec.engines import hf\n",  # drafters on engines: fine
+        }
+    )
+    assert engines_importing_drafters(root) == ["specdec.engines.hf -> specdec.drafters.reduced_vocab"]
