@@ -113,9 +113,16 @@ class LoadAwareSpeculation:
         """Whether sessions draft this round (called by each session before each round)."""
         with self._lock:
             now = self.clock()
-            if self._window.done(now, self.window_s):
-                self._close_window(now)
+            # NOTE: a window measures one load level: when the load leaves its bucket (a burst ramping up or
+            # draining, an idle gap, another client's requests) it ends there, so rounds run at one load
+            # never count as another's (a draining c=4 burst's light rounds made drafting look 30% faster).
+            load_changed = self._load_left_window()
+            if load_changed or self._window.done(now, self.window_s):
+                self._close_window(now, explore=not load_changed)
             return self._window.drafting
+
+    def _load_left_window(self) -> bool:
+        return load_bucket(max(1, self.load())) != self._window.load_bucket
 
     @property
     def drafting(self) -> bool:
@@ -132,7 +139,7 @@ class LoadAwareSpeculation:
         stats = self.buckets.get(load_bucket(load))
         return dict(stats.rate) if stats else {}
 
-    def _close_window(self, now: float) -> None:
+    def _close_window(self, now: float, explore: bool = True) -> None:
         window = self._window
         stats = self.buckets.setdefault(window.load_bucket, _BucketStats())
         if not self._warm:
@@ -141,7 +148,7 @@ class LoadAwareSpeculation:
             self._fold_rates(window, stats)
             self._compare_with_last(window, stats)
         bucket = load_bucket(max(1, self.load()))
-        self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats())), bucket, now)
+        self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats()), explore), bucket, now)
         log.debug(
             "load-aware policy: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
             "drafting" if window.drafting else "plain",
@@ -171,7 +178,9 @@ class LoadAwareSpeculation:
         sample = math.log(drafting_rate / plain_rate)
         stats.log_gain = sample if stats.log_gain is None else stats.log_gain + _RATE_SMOOTHING * (sample - stats.log_gain)
 
-    def _next_mode(self, stats: _BucketStats) -> bool:
+    def _next_mode(self, stats: _BucketStats, explore: bool = True) -> bool:
+        """The mode of the next window at this load; `explore`: this window counts towards the next exploration
+        (a window cut short by a change of load does not, or a flapping load would explore at every change)."""
         if stats.log_gain is None:
             # No comparison at this load yet: draft first (also after an idle start), then alternate
             # until two adjacent windows have measured both modes.
@@ -184,8 +193,8 @@ class LoadAwareSpeculation:
         elif stats.explored:
             interval = min(2 * interval, _MAX_EXPLORE_BACKOFF * self.explore_every)  # confirmed: look less often
         stats.explore_interval, stats.best, stats.explored = interval, best, False
-        stats.windows_since_explore += 1
-        if stats.windows_since_explore >= interval:
+        stats.windows_since_explore += explore
+        if explore and stats.windows_since_explore >= interval:
             stats.windows_since_explore = 0
             stats.explored = True
             return not best

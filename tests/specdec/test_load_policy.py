@@ -174,3 +174,36 @@ def test_negative_control_a_20_percent_loss_under_the_same_slowdown_stops_drafti
     service = _SlowingService(drafting_gain=1 / 1.2)
     modes = service.run(60)
     assert sum(modes) / len(modes) < 0.3
+
+
+def _drain_during_an_exploration(service: _Service) -> list[bool]:
+    """At load 4 plain steps win; a drafting exploration then sees the burst drain to load 1 (where drafting
+    wins) for a second; the modes of the 4 s at load 4 after it (before the next exploration)."""
+    service.load = 4
+    service.run(30)
+    while not service.run(0.05)[0]:  # up to the next drafting window (an exploration)
+        pass
+    service.load = 1
+    service.run(1.0)
+    service.load = 4
+    return service.run(4)
+
+
+def test_rounds_at_another_load_do_not_count_for_the_window_s_load():
+    service = _Service({(True, 4): 80, (False, 4): 100, (True, 1): 200, (False, 1): 100})
+    assert sum(_drain_during_an_exploration(service)) / 80 < 0.3  # still mostly plain at load 4
+    assert service.policy.rates(4)[True] == pytest.approx(80, rel=0.05)
+
+
+class _WindowsKeepTheirLoad(LoadAwareSpeculation):
+    """The policy as it was: a window's rounds count for the load it opened at, whatever the load since."""
+
+    def _load_left_window(self) -> bool:
+        return False
+
+
+def test_negative_control_a_drain_the_window_kept_makes_drafting_look_faster():
+    service = _Service({(True, 4): 80, (False, 4): 100, (True, 1): 200, (False, 1): 100})
+    service.policy = _WindowsKeepTheirLoad(lambda: service.load, window_s=1.0, explore_every=4, clock=lambda: service.now)
+    assert sum(_drain_during_an_exploration(service)) / 80 > 0.7  # drafting at load 4, where it is 20% slower
+    assert service.policy.buckets[4].log_gain > 0  # the drain's rounds counted as load 4's
