@@ -33,7 +33,6 @@ def _load_hf(source: str, models: ModelSection, threads: int | None, max_sequenc
 
 def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
     from specdec.engines.gguf_model import default_threads
-    from specdec.engines.gguf_prefix import DEFAULT_PROMPT_CACHE_TOKENS
     from specdec.engines.llama_cpp import LlamaCppSettings, load_llama_cpp_target
 
     if Path(source).suffix != ".gguf":
@@ -43,7 +42,10 @@ def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_
         context_tokens=models.target_context_tokens,
         max_sequences=max_sequences,
         device=models.device,
-        prompt_cache_tokens=DEFAULT_PROMPT_CACHE_TOKENS,
+        # NOTE: no prompt cache for a target: a prefix whose KV another session computed is not bit-identical to
+        # one computed for this session on llama.cpp (SmolLM2 bf16, measured), so a seeded request's text would
+        # depend on what was served before it (tests/verify_service/test_seeded_llama_cpp.py). A draft keeps it.
+        prompt_cache_tokens=0,
     )
     return load_llama_cpp_target(source, settings)
 
