@@ -6,9 +6,11 @@ sequence of the store's own; a new session whose prompt starts with those tokens
 `llama_memory_seq_cp` (in a unified KV cache the cells are shared, not copied) and decodes only the rest.
 llama.cpp's own server does the same per slot (`cache_prompt`).
 
-NOTE (lossless): a position's KV cells are bit-identical however the prefix was split into decodes, and
-whether they were computed in this sequence or shared from another (tests/specdec/engines/test_gguf_prefix.py),
-so a reused prefix changes no logit: outputs are the same with the store on or off.
+NOTE (lossless): on the tiny float32 model a position's KV cells are bit-identical however the prefix was split
+into decodes and whether they were computed here or shared (tests/specdec/engines/test_gguf_prefix.py); on
+SmolLM2 bf16 a shared prefix is not, and a seeded request's text changed with what ran before it. So only
+drafts use the store (a draft's candidates never change an output); targets load with it off
+(specdec/engines/__init__.py, tests/verify_service/test_seeded_llama_cpp.py).
 
 NOTE: every method runs under the model's lock (GgufModel._lock), as every decode does.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 MIN_SHARED_TOKENS = 4  # a shorter match saves less than its bookkeeping
-DEFAULT_PROMPT_CACHE_TOKENS = 1024  # a few turns of a chat; 23 KiB a token for the default 135M target
+DEFAULT_PROMPT_CACHE_TOKENS = 1024  # a few turns of a chat; 23 KiB a token for the default 135M model
 
 
 class GgufPrefixStore:
