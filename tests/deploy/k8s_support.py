@@ -112,3 +112,7 @@ def quantity(value) -> float:
         if text.endswith(suffix):
             return float(text[: -len(suffix)]) * suffixes[suffix]
     return float(text)
+
+
+GPU_OVERLAYS = [overlay for overlay in OVERLAYS if GPU_RESOURCE[overlay]]
+CANARY = next(obj for obj in canary_objects() if obj["metadata"]["name"] == "verify-canary")  # the canary Deployment

@@ -3,30 +3,27 @@ Each object validates offline against the Kubernetes OpenAPI schemas (kubernetes
 fail; the PodMonitor, a custom resource, has no core schema and is checked structurally in test_k8s_operator.py),
 plus what the schemas cannot say: probes, resources, zero-downtime rollouts, drain time, non-root Pods, GPUs, the
 headless draft Service behind verify's dns:/// endpoint, PodDisruptionBudgets, the image named in one place, the
-API keys Secret mounted as compose mounts it, and every specdec command line parsed by the real CLI parser. The
-NetworkPolicies: test_k8s_network_policies.py; the cpu-tiny requests against `specdec plan`: test_k8s_sizing.py."""
+every specdec command line parsed by the real CLI parser. The draft -> verify -> gateway wiring: test_k8s_wiring.py;
+the config, keys and autoscaling: test_k8s_config.py; the NetworkPolicies: test_k8s_network_policies.py; the cpu-tiny
+requests against `specdec plan`: test_k8s_sizing.py."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
 import yaml
 from deploy_support import DRAIN_S, METRICS_PORTS, PORTS, ROLES, ROOT, parse_cli
 from k8s_support import (
-    CANARY_IMAGE,
+    CANARY,
     CUSTOM_KINDS,
-    DRAFT_DNS,
     GPU_RESOURCE,
     K8S,
     KUBERNETES_VERSION,
     NAMESPACE,
     OBJECTS,
     OVERLAYS,
-    README,
     by_kind,
-    canary_objects,
     container,
     deployments,
     object_id,
@@ -42,7 +39,6 @@ try:
 except ImportError:  # pragma: no cover - a missing dev dependency
     pytest.fail("kubernetes-validate is not installed: pip install 'kubernetes-validate>=1.30' (a dev dependency)", pytrace=False)
 
-GPU_OVERLAYS = [overlay for overlay in OVERLAYS if GPU_RESOURCE[overlay]]
 CORE_KINDS = {"Namespace", "Deployment", "Service", "ConfigMap", "NetworkPolicy"}
 GPU_KINDS = CORE_KINDS | {"PodDisruptionBudget", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "PodMonitor"}
 
@@ -61,7 +57,6 @@ def test_the_overlays_are_all_there_is():
     assert not list(K8S.glob("*.yaml")), "manifests live in base/, components/ and overlays/: apply an overlay"
 
 
-CANARY = next(obj for obj in canary_objects() if obj["metadata"]["name"] == "verify-canary")
 SCHEMA_ITEMS = [item for item in OBJECTS if item[1]["kind"] not in CUSTOM_KINDS] + [("canary", CANARY)]
 
 
@@ -289,129 +284,6 @@ def test_the_image_is_named_in_one_place():
         assert images == {image}, f"{overlay}: {images}"
 
 
-# --- the draft -> verify -> gateway wiring ------------------------------------------------------------
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_verify_round_robins_over_a_headless_draft_service(overlay):
-    services = by_kind("Service", overlay)
-    draft_service = services["draft"]
-    assert draft_service["spec"].get("clusterIP") == "None", "the draft Service is headless (clusterIP: None)"
-    assert selects(draft_service["spec"]["selector"], deployments(overlay)["draft"]["spec"]["template"]["metadata"]["labels"])
-    assert 50051 in {port["port"] for port in draft_service["spec"]["ports"]}
-    for name, deployment in [*deployments(overlay).items(), ("verify-canary", CANARY)]:
-        if role_of(deployment) == "verify":
-            endpoint = parse_cli(container(deployment)["args"]).draft_endpoint
-            assert endpoint == f"dns:///{DRAFT_DNS}:50051", f"{name}: --draft-endpoint {endpoint}"
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_gateway_reaches_every_verify_pod(overlay):
-    services = by_kind("Service", overlay)
-    endpoint = parse_cli(container(deployments(overlay)["gateway"])["args"]).verify_endpoint
-    match = re.fullmatch(r"(?:dns:///)?([a-z0-9-]+)\.specdec\.svc\.cluster\.local:(\d+)", endpoint)
-    assert match, f"--verify-endpoint {endpoint}"
-    service = services[match.group(1)]
-    assert int(match.group(2)) in {port["port"] for port in service["spec"]["ports"]}
-    if endpoint.startswith("dns:///"):
-        assert service["spec"].get("clusterIP") == "None", "dns:/// round-robin needs a headless Service"
-    verify_pods = deployments(overlay)["verify"]["spec"]["template"]["metadata"]["labels"]
-    assert selects(service["spec"]["selector"], verify_pods)
-    assert services["verify"]["spec"].get("type", "ClusterIP") == "ClusterIP" and services["verify"]["spec"].get("clusterIP") != "None"
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_services_select_pods_and_name_their_ports(overlay):
-    pods = [obj["spec"]["template"] for obj in deployments(overlay).values()]
-    for name, service in by_kind("Service", overlay).items():
-        targets = [pod for pod in pods if selects(service["spec"]["selector"], pod["metadata"]["labels"])]
-        assert targets, f"Service {name} selects no Pods"
-        for port in service["spec"]["ports"]:
-            target = port.get("targetPort", port["port"])
-            for pod in targets:
-                declared = {p.get("name"): p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
-                assert target in declared or target in declared.values(), f"Service {name}: targetPort {target}"
-
-
-def test_the_canary_shares_the_verify_services_and_budget():
-    rendered = canary_objects()
-    services = {obj["metadata"]["name"]: obj for obj in rendered if obj["kind"] == "Service"}
-    stable = next(obj for obj in rendered if obj["kind"] == "Deployment" and obj["metadata"]["name"] == "verify")
-    labels = CANARY["spec"]["template"]["metadata"]["labels"]
-    assert labels.get("track") == "canary" and CANARY["spec"]["replicas"] == 1
-    assert selects(services["verify"]["spec"]["selector"], labels), "the canary is behind the verify Service"
-    assert selects(services["verify-headless"]["spec"]["selector"], labels)
-    assert not selects(stable["spec"]["selector"], labels), "the stable Deployment must not adopt canary Pods"
-    assert not selects(CANARY["spec"]["selector"], stable["spec"]["template"]["metadata"]["labels"])
-    budgets = [obj for obj in rendered if obj["kind"] == "PodDisruptionBudget" and selects(obj["spec"]["selector"], labels)]
-    assert len(budgets) == 1, "exactly the verify PodDisruptionBudget: a Pod under two cannot be evicted"
-    assert container(CANARY)["image"] == CANARY_IMAGE and container(stable)["image"] == "localhost/specdec:local"
-
-
-def test_the_canary_is_the_stable_verify_but_for_its_track_image_and_replicas():
-    stable = deployments()["verify"]
-
-    def normalized(deployment: dict) -> dict:
-        text = yaml.safe_dump(deployment)
-        for old, new in (
-            ("verify-canary", "verify"),
-            ("track: canary", "track: stable"),
-            (CANARY_IMAGE, "IMAGE"),
-            ("localhost/specdec:local", "IMAGE"),
-        ):
-            text = text.replace(old, new)
-        text = text.replace(",specdec.track=canary", "")
-        document = yaml.safe_load(text)
-        document["spec"].pop("replicas")
-        return document
-
-    assert normalized(CANARY) == normalized(stable), "components/verify-canary/verify-canary.yaml drifted from base/verify.yaml"
-    text = README.read_text(encoding="utf-8")
-    for needed in ("kubectl -n specdec rollout status", "rollout undo", "components/verify-canary"):
-        assert needed in text, f"the README covers {needed}"
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_pod_disruption_budgets(overlay):
-    budgets = by_kind("PodDisruptionBudget", overlay)
-    for name, deployment in deployments(overlay).items():
-        labels = deployment["spec"]["template"]["metadata"]["labels"]
-        matching = [budget for budget in budgets.values() if selects(budget["spec"]["selector"], labels)]
-        if deployment["spec"]["replicas"] < 2:
-            # minAvailable 1 of 1 would block every node drain
-            assert not matching, f"{overlay} {name}: a PodDisruptionBudget over a single replica"
-            continue
-        assert len(matching) == 1, f"{overlay} {name}: exactly one PodDisruptionBudget selects it (found {len(matching)})"
-        (budget,) = matching
-        assert budget["apiVersion"] == "policy/v1"
-        assert budget["spec"].get("minAvailable") == 1
-        assert budget["spec"]["minAvailable"] < deployment["spec"]["replicas"], f"{name}: a node drain can proceed"
-
-
-# --- config, keys, autoscaling -------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_configmap_is_a_valid_specdec_config(overlay, tmp_path, monkeypatch):
-    from specdec.serving.config import load_config
-
-    for key in [key for key in os.environ if key.startswith("SPECDEC_")]:
-        monkeypatch.delenv(key)
-    (configmap,) = by_kind("ConfigMap", overlay).values()
-    assert re.fullmatch(r"specdec-config-[a-z0-9]{10}", configmap["metadata"]["name"]), "generated: a new name per config"
-    path = tmp_path / "specdec.yaml"
-    path.write_text(configmap["data"]["specdec.yaml"], encoding="utf-8")
-    config = load_config(path)
-    assert config.verify_service.draft_endpoint == f"dns:///{DRAFT_DNS}:50051"
-    assert config.draft_service.grace_seconds == DRAIN_S["draft"]
-    assert config.verify_service.grace_seconds == DRAIN_S["verify"]
-    assert config.model.target_path.startswith("/models/") and config.model.draft_path.startswith("/models/")
-    gateway_args = parse_cli(container(deployments(overlay)["gateway"])["args"])
-    assert config.serving.api_keys_file == gateway_args.api_keys_file
-    if overlay == "cpu-tiny":
-        assert (config.model.device, config.model.draft_device, config.model.dtype) == ("cpu", "cpu", "float32")
-
-
 def test_config_file_is_mounted_where_specdec_config_points(deployment):
     main = container(deployment)
     env = {item["name"]: item.get("value") for item in main.get("env", [])}
@@ -425,67 +297,3 @@ def test_config_file_is_mounted_where_specdec_config_points(deployment):
     assert config_path.rsplit("/", 1)[1] == "specdec.yaml"
     for key in env:
         assert not re.search(r"API_KEYS?|SECRET|PASSWORD|TOKEN", key), f"{key}: keys come from the Secret file, not env"
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_configmap_reference_resolves(overlay):
-    configmaps = by_kind("ConfigMap", overlay)
-    for name, deployment in deployments(overlay).items():
-        for volume in pod_spec(deployment)["volumes"]:
-            if "configMap" in volume:
-                assert volume["configMap"]["name"] in configmaps, f"{overlay} {name}: ConfigMap {volume['configMap']['name']}"
-
-
-def compose_gateway_keys_file() -> str:
-    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
-    return parse_cli(compose["services"]["gateway"]["command"]).api_keys_file
-
-
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_gateway_reads_keys_from_the_secret_where_compose_mounts_them(overlay):
-    gateway = deployments(overlay)["gateway"]
-    keys_file = parse_cli(container(gateway)["args"]).api_keys_file
-    assert keys_file == compose_gateway_keys_file() == "/run/secrets/api_keys"
-    volumes = {volume["name"]: volume for volume in pod_spec(gateway)["volumes"]}
-    (mount,) = [mount for mount in container(gateway)["volumeMounts"] if keys_file.startswith(mount["mountPath"] + "/")]
-    assert "subPath" not in mount, "a subPath mount would never see rotated keys"
-    assert mount.get("readOnly") is True
-    secret = volumes[mount["name"]]["secret"]
-    assert secret["secretName"] == "specdec-api-keys" and not secret.get("optional"), "no keys file: the gateway does not start"
-    # Not rendered: `kubectl apply -k` must never replace real keys. The README says how to create it.
-    assert "specdec-api-keys" not in by_kind("Secret", overlay)
-    text = README.read_text(encoding="utf-8")
-    assert "create secret generic specdec-api-keys --from-file=api_keys=" in text
-
-
-KEY_LIKE = [
-    re.compile(pattern)
-    for pattern in (
-        r"\bsk-[A-Za-z0-9_-]{8,}",  # OpenAI-style
-        r"\b[A-Fa-f0-9]{32,}\b",  # hex tokens (openssl rand -hex)
-        r"(?=[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d[A-Za-z0-9+_=-]*\d)[A-Za-z0-9+_=-]{32,}",  # base64-ish, 4+ digits
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----",
-    )
-]
-
-
-def test_nothing_in_deploy_k8s_looks_like_a_key():
-    assert not [obj for _, obj in OBJECTS if obj["kind"] == "Secret"], "no Secret is rendered"
-    for path in [*K8S.rglob("*.yaml"), README]:
-        text = re.sub(r"sha256:[a-f0-9]{64}", "", path.read_text(encoding="utf-8"))
-        for pattern in KEY_LIKE:
-            found = pattern.search(text)
-            assert not found, f"{path.relative_to(ROOT)} contains something that looks like a key: {found.group(0)[:12]}..."
-
-
-@pytest.mark.parametrize("overlay", GPU_OVERLAYS)
-def test_gateway_autoscales_on_its_queue(overlay):
-    (hpa,) = by_kind("HorizontalPodAutoscaler", overlay).values()
-    assert hpa["apiVersion"] == "autoscaling/v2"
-    target = hpa["spec"]["scaleTargetRef"]
-    assert (target["kind"], target["name"]) == ("Deployment", "gateway")
-    assert hpa["spec"]["minReplicas"] >= 2, "never below the PDB's needs"
-    (metric,) = hpa["spec"]["metrics"]
-    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "specdec_requests_waiting"
-    metrics_source = (ROOT / "specdec" / "serving" / "metrics.py").read_text(encoding="utf-8")
-    assert '"specdec_requests_waiting"' in metrics_source, "the HPA's metric is one the gateway exports"
