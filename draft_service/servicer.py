@@ -166,6 +166,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             constraint=self._constraint(opening),
             min_tokens=opening.min_tokens,
             stop_token_ids=tuple(opening.stop_token_ids),
+            draft_scope=_draft_scope(opening.draft_scope),
         )
 
     def _constraint(self, opening: draft_pb2.ProposeOpen) -> GrammarConstraint | None:
@@ -269,3 +270,12 @@ class SequenceCheck:
                 field, f"the sequence would have {self.length} tokens, past the draft model's context of {self.max_context}"
             )
         check_token_ids(token_ids, self.vocab_size, field)
+
+
+MAX_DRAFT_SCOPE_CHARS = 256  # an API key id is 20
+
+
+def _draft_scope(scope: str) -> str:
+    if len(scope) > MAX_DRAFT_SCOPE_CHARS:
+        raise InvalidRequestError("open.draft_scope", f"at most {MAX_DRAFT_SCOPE_CHARS} characters, got {len(scope)}")
+    return scope

@@ -228,6 +228,7 @@ class _SamplingRequest(_Request):
     response_format: ResponseFormat | None = None  # structured outputs (docs/structured-outputs.md); an extension on completions
     # The grammar built from response_format (specdec.constraints), set by the gateway off the event loop.
     _grammar: str | None = PrivateAttr(None)
+    _draft_scope: str = PrivateAttr("")  # the caller's API key id: whose earlier outputs may draft (suffix decoding)
 
     _valid_text = field_validator("model", "user", "stop")(_encodable)
     _valid_bias = field_validator("logit_bias")(_logit_bias)

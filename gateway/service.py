@@ -114,6 +114,7 @@ class Gateway:
         if self.log_content:  # off by default: prompts and outputs stay out of logs
             http.state.audit["prompt"] = request.model_dump(include={"messages", "prompt"})
         completion = Completion(request, model)
+        request._draft_scope = getattr(http.state, "key_id", "")  # set where API keys are on; never the key itself
         if not request.stream:
             async with self.admission.slot(request.n) as queued_s:
                 self.metrics.queue_time.observe(queued_s)

@@ -120,7 +120,7 @@ def generate_request(request: ChatCompletionRequest | CompletionRequest, choice_
             set_field(options, field, getattr(request, field.http_name), root="options")
     if request.seed is not None:
         options.seed = (request.seed + choice_index) % 2**64
-    message = verify_pb2.GenerateRequest(options=options, request_id=f"choice-{choice_index}")
+    message = verify_pb2.GenerateRequest(options=options, request_id=f"choice-{choice_index}", draft_scope=request._draft_scope)
     if isinstance(request, ChatCompletionRequest) and request.prediction is not None:
         message.prediction = request.prediction.text()
     _apply_speculative(message, request)

@@ -3,12 +3,17 @@ names (specdec.draft_methods)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from specdec.draft_methods import DRAFT_METHODS, DraftSide, with_prompt_lookup
 from specdec.drafters import Drafter
 from specdec.engines import check_tree_support, load_engine
 from specdec.errors import SpecdecError
 from specdec.generation import SpeculativeGenerator
 from specdec.serving.config import SpecdecConfig
+
+if TYPE_CHECKING:
+    from specdec.drafters.suffix_cache import SuffixTrees
 
 
 def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
@@ -20,7 +25,16 @@ def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
     drafter: Drafter | None = None
     if config.speculative.enabled:
         drafter = with_prompt_lookup(DRAFT_METHODS[models.draft_method].build(config, target).drafter, models)
-    return SpeculativeGenerator(target, drafter)
+    return SpeculativeGenerator(target, drafter, suffix=suffix_trees(config))
+
+
+def suffix_trees(config: SpecdecConfig) -> SuffixTrees | None:
+    """Suffix decoding's trees where `suffix.enabled` (one set per process, shared by its sessions); None: off."""
+    if not (config.suffix.enabled and config.speculative.enabled):
+        return None
+    from specdec.drafters.suffix_cache import SuffixTrees
+
+    return SuffixTrees(config.suffix.settings())
 
 
 def load_draft_side(config: SpecdecConfig) -> DraftSide:

@@ -142,11 +142,20 @@ def _build_ngram(_config: SpecdecConfig, _target: TargetModel | None) -> DraftSi
     return DraftSide(NgramDrafter(), None)
 
 
+def _build_suffix(config: SpecdecConfig, _target: TargetModel | None) -> DraftSide:
+    """Suffix decoding alone: the trees of the `suffix` section, no model (in process, or in a draft service)."""
+    from specdec.drafters.suffix import SuffixDrafter
+    from specdec.drafters.suffix_cache import SuffixTrees
+
+    return DraftSide(SuffixDrafter(SuffixTrees(config.suffix.settings())), None)
+
+
 DRAFT_METHODS: dict[DraftMethod, DraftMethodRow] = {
     DraftMethod.MODEL: DraftMethodRow(_build_model, _model_footprint),
     DraftMethod.LAYER_SKIP: DraftMethodRow(_build_layer_skip, _layer_skip_footprint),
     DraftMethod.NGRAM: DraftMethodRow(_build_ngram, lambda _config: None, prompt_lookup=False),  # n-gram is lookup already
     DraftMethod.GGUF: DraftMethodRow(_build_gguf, _gguf_footprint),
+    DraftMethod.SUFFIX: DraftMethodRow(_build_suffix, lambda _config: None, prompt_lookup=False),  # its trees hold the prompt
 }
 
 

@@ -31,4 +31,5 @@ class TokenSource(str, Enum):
     TARGET = "target"  # recovered after a rejection, a bonus after a full accept, or target-only decoding
     DRAFT = "draft"  # a draft model (a separate model, layer-skip, a GGUF copy of the target)
     LOOKUP = "lookup"  # prompt lookup: the continuation of an earlier n-gram
+    SUFFIX = "suffix"  # suffix decoding: the trees over this request and the scope's earlier outputs
     PREDICTION = "prediction"  # the request's predicted output (OpenAI `prediction`)

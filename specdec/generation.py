@@ -15,6 +15,7 @@ from specdec.batching import SequenceRunner
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.prediction import with_prediction
+from specdec.drafters.suffix import SuffixTrees, with_suffix
 from specdec.engines.hf import LoadedModel
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import DraftUnavailableError
@@ -47,11 +48,13 @@ class SpeculativeGenerator:
         drafter: Drafter | None = None,
         runner: SequenceRunner | None = None,
         load_policy: LoadAwareSpeculation | None = None,
+        suffix: SuffixTrees | None = None,
     ) -> None:
         self.target = target
         self.drafter = drafter
         self.runner = runner  # where target sessions get caches and passes (a service's batched one); None: the model's own
         self.load_policy = load_policy  # a service's: no drafting at loads where it loses throughput
+        self.suffix = suffix  # suffix decoding's trees, tried before `drafter` each round; None: off
 
     def generate(self, request: GenerationRequest) -> GenerationResult:
         stats = GenerationStats()
@@ -117,7 +120,7 @@ class SpeculativeGenerator:
         # NOTE: round 0 never drafts (nor asks the policy): the first token comes from the target's prefill
         # and streams at once; a draft service prefills (and drafts ahead, DraftRequest.draft_ahead_tokens) meanwhile.
         policy_drafting = index > 0 and (policy is None or policy.drafting_allowed())
-        budget = target.draft_budget() if policy_drafting else 0
+        budget = target.draft_budget(self.suffix.settings.draft_tokens if self.suffix is not None else 0) if policy_drafting else 0
         block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
         propose_ms = (time.perf_counter() - started) * 1000
@@ -182,7 +185,8 @@ class SpeculativeGenerator:
 
     def _open_draft(self, request: GenerationRequest, constraint: GrammarConstraint | None, stats: GenerationStats) -> DraftSession | None:
         # The request's prediction (if any) is drafted from first, here beside the verifier: no round trip for it.
-        drafter = with_prediction(self.drafter, request.prediction_ids, request.num_draft_tokens)
+        drafter = with_suffix(self.drafter, self.suffix, request.num_draft_tokens)
+        drafter = with_prediction(drafter, request.prediction_ids, request.num_draft_tokens)
         if not request.speculative or drafter is None:
             return None
         draft_request = DraftRequest(
@@ -200,6 +204,7 @@ class SpeculativeGenerator:
             constraint=constraint.fork() if constraint is not None else None,
             min_tokens=request.min_tokens,
             stop_token_ids=tuple(sorted(self.target.eos_token_ids)),
+            draft_scope=request.draft_scope,
         )
         try:
             return drafter.open(draft_request)

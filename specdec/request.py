@@ -52,6 +52,9 @@ class GenerationRequest(BaseModel):
     # in blocks of up to prediction_draft_tokens; other drafters keep num_draft_tokens.
     prediction_ids: list[int] = Field(default_factory=list)
     prediction_draft_tokens: NumDraftTokens = MAX_DRAFT_TOKENS
+    # Suffix decoding (drafters/suffix.py): whose earlier outputs may draft for this request (the API key id the
+    # gateway sends; "" = the shared scope).
+    draft_scope: str = Field("", max_length=256)
     # Structured outputs: an llguidance grammar (specdec.constraints.grammars) the output must match;
     # part of the target distribution at every position. None: unconstrained.
     grammar: str | None = None

@@ -57,12 +57,14 @@ class TargetSession:
     def finished(self) -> bool:
         return self.output.finish_reason is not None
 
-    def draft_budget(self) -> int:
+    def draft_budget(self, free_tokens: int = 0) -> int:
         """Most candidates the next block may hold: each round also emits one target token.
 
-        With adaptive K this is the controller's choice for the round (num_draft_tokens bounds it).
+        With adaptive K this is the controller's choice for the round (num_draft_tokens bounds it). `free_tokens`:
+        how long a block a model-free drafter in front may propose (suffix decoding's; it caps the model at K).
         """
         wanted = self.draft_length.next_k() if self.draft_length is not None else self.request.num_draft_tokens
+        wanted = max(wanted, free_tokens)
         if self.request.prediction_ids:  # predicted blocks may be longer (drafters/prediction.py caps the others at K)
             wanted = max(wanted, self.request.prediction_draft_tokens)
         return max(0, min(wanted, self.output.remaining - 1))

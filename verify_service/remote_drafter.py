@@ -159,6 +159,7 @@ class RemoteDraftSession:
                         grammar=request.constraint.grammar if request.constraint is not None else "",
                         min_tokens=request.min_tokens,
                         stop_token_ids=request.stop_token_ids,
+                        draft_scope=request.draft_scope,
                     )
                 )
             )

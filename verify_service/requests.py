@@ -190,7 +190,12 @@ def default_max_tokens(prompt_tokens: int, target: TargetModel, config: SpecdecC
 
 
 def generate_overrides(request: verify_pb2.GenerateRequest) -> dict:
-    overrides = {"logprobs": request.logprobs, "top_logprobs": request.top_logprobs, "prediction": request.prediction}
+    overrides = {
+        "logprobs": request.logprobs,
+        "top_logprobs": request.top_logprobs,
+        "prediction": request.prediction,
+        "draft_scope": request.draft_scope,
+    }
     if request.HasField("speculative"):
         overrides["speculative"] = request.speculative
     if request.HasField("num_draft_tokens"):

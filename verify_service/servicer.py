@@ -12,8 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from specdec.acceptance_modes import rule
+from specdec.assembly import suffix_trees
 from specdec.batching import SequenceRunner
 from specdec.batching.service import service_batching
+from specdec.drafters.suffix_cache import SuffixTrees
 from specdec.engines.base import TargetModel
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
@@ -57,6 +59,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.runner: SequenceRunner | None = None  # the target's sessions, batched: set with the target
         self.load_policy: LoadAwareSpeculation | None = None
         self.drafter: RemoteDrafter | None = None
+        self.suffix: SuffixTrees | None = None  # suffix decoding's trees (suffix.enabled), before the remote draft
         self.fingerprint = ""
         self.metrics = metrics or VerifyMetrics()
         settings = config.verify_service
@@ -74,6 +77,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.max_prompt_chars = max_prompt_chars(target.tokenizer, target.max_context)
         track_cuda(self.metrics, target.device)
         self.drafter = drafter
+        self.suffix = suffix_trees(self.config)
         self.runner = target.batched_runner(
             service_batching(self.config.verify_service, self.config.serving.max_batch_size, self.metrics.registry)
         )
@@ -124,7 +128,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             generation = await self._generation_request(request.options, target, context, functools.partial(generate_overrides, request))
             drafter = self.drafter.with_deadline(context.time_remaining()) if self.drafter else None
             stats = GenerationStats()
-            chunks = SpeculativeGenerator(target, drafter, self.runner, self.load_policy).stream(generation, stats)
+            chunks = SpeculativeGenerator(target, drafter, self.runner, self.load_policy, self.suffix).stream(generation, stats)
             timing = _EmitTiming(self.metrics)
             completion_tokens = 0
             async for chunk in self._drive(chunks, context):

@@ -45,6 +45,7 @@ class DraftRequest:
     # generated; drafters ban them in q too, so more candidates are accepted. 0: no ban.
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    draft_scope: str = ""  # suffix decoding: whose earlier outputs may draft here (GenerationRequest.draft_scope)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ class DraftMethod(str, Enum):
     MODEL = "model"
     LAYER_SKIP = "layer_skip"
     NGRAM = "ngram"
-    GGUF = "gguf"  # a GGUF file (e.g. a quantized copy of the target) run by llama.cpp
+    GGUF = "gguf"
+    SUFFIX = "suffix"  # suffix decoding alone (the `suffix` section's trees): no model  # a GGUF file (e.g. a quantized copy of the target) run by llama.cpp
 
 
 class TargetEngine(str, Enum):
@@ -81,6 +82,27 @@ class ModelSection(_Section):
                 f"prompt_lookup_max_ngram ({self.prompt_lookup_max_ngram})"
             )
         return self
+
+
+class SuffixSection(_Section):
+    """Suffix decoding (specdec/drafters/suffix.py): draft from suffix trees over the request and the scope's earlier
+    outputs before the draft model. In a verify service and in process it runs beside the target (no round trip);
+    `model.draft_method: suffix` runs it alone (in a draft service too)."""
+
+    enabled: bool = Field(False, description="draft from the suffix trees first, the draft model where they have no confident match")
+    per_key: bool = Field(True, description="earlier outputs draft only for requests of the same API key; false: for every caller")
+    max_depth: int = Field(24, ge=2, le=512, description="longest context matched, and deepest continuation kept")
+    max_cached_requests: int = Field(10_000, ge=1, le=1_000_000, description="outputs kept per scope, oldest evicted first")
+    max_scopes: int = Field(64, ge=1, le=100_000, description="scopes (API keys) with trees; the least recently used is dropped")
+    draft_tokens: NumDraftTokens = Field(16, description="most candidates per suffix block")
+    max_spec_factor: float = Field(1.0, gt=0, le=64, description="a block holds at most this many times the matched length")
+    min_token_prob: float = Field(0.1, ge=0, le=1, description="stop a block where the continuation's estimated frequency drops below")
+    min_score: float = Field(1.0, ge=0, le=256, description="a block goes before the draft model's when it expects this many accepted")
+
+    def settings(self):
+        from specdec.drafters.suffix_cache import SuffixSettings  # deferred: the gateway reads this file too
+
+        return SuffixSettings(**self.model_dump(exclude={"enabled"}))
 
 
 class SpeculativeSection(_Section):
@@ -264,6 +286,7 @@ class SpecdecConfig(BaseSettings):
 
     model: ModelSection = ModelSection()
     speculative: SpeculativeSection = SpeculativeSection()
+    suffix: SuffixSection = SuffixSection()
     serving: ServingSection = ServingSection()
     observability: ObservabilitySection = ObservabilitySection()
     draft_service: DraftServiceSection = DraftServiceSection()

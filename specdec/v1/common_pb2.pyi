@@ -21,6 +21,7 @@ class TokenSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOKEN_SOURCE_DRAFT: _ClassVar[TokenSource]
     TOKEN_SOURCE_LOOKUP: _ClassVar[TokenSource]
     TOKEN_SOURCE_PREDICTION: _ClassVar[TokenSource]
+    TOKEN_SOURCE_SUFFIX: _ClassVar[TokenSource]
 ACCEPTANCE_MODE_UNSPECIFIED: AcceptanceMode
 ACCEPTANCE_MODE_REJECTION: AcceptanceMode
 ACCEPTANCE_MODE_COUPLED: AcceptanceMode
@@ -30,6 +31,7 @@ TOKEN_SOURCE_TARGET: TokenSource
 TOKEN_SOURCE_DRAFT: TokenSource
 TOKEN_SOURCE_LOOKUP: TokenSource
 TOKEN_SOURCE_PREDICTION: TokenSource
+TOKEN_SOURCE_SUFFIX: TokenSource
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "min_p")

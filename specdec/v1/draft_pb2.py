@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from specdec.v1 import common_pb2 as specdec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16specdec/v1/draft.proto\x12\nspecdec.v1\x1a\x17specdec/v1/common.proto\"\x9a\x03\n\x0bProposeOpen\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12,\n\x08sampling\x18\x02 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12.\n\nacceptance\x18\x04 \x01(\x0e\x32\x1a.specdec.v1.AcceptanceMode\x12\x18\n\x10num_draft_tokens\x18\x05 \x01(\r\x12\x13\n\x0b\x64raft_top_k\x18\x06 \x01(\r\x12\x12\n\nvocab_size\x18\x07 \x01(\r\x12\x19\n\x11vocab_fingerprint\x18\x08 \x01(\t\x12\x16\n\x0etree_branching\x18\t \x01(\r\x12\x12\n\ntree_nodes\x18\n \x01(\r\x12(\n\tpenalties\x18\x0b \x01(\x0b\x32\x15.specdec.v1.Penalties\x12\x0f\n\x07grammar\x18\x0c \x01(\t\x12\x1a\n\x12\x64raft_ahead_tokens\x18\r \x01(\r\x12\x12\n\nmin_tokens\x18\x0e \x01(\r\x12\x16\n\x0estop_token_ids\x18\x0f \x03(\x05\"o\n\x0fProposeFeedback\x12\x14\n\x0cnum_accepted\x18\x01 \x01(\r\x12\x14\n\x0c\x61ppended_ids\x18\x02 \x03(\x05\x12\x18\n\x10num_draft_tokens\x18\x03 \x01(\r\x12\x16\n\x0e\x61\x63\x63\x65pted_nodes\x18\x04 \x03(\r\"u\n\x0eProposeRequest\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.specdec.v1.ProposeOpenH\x00\x12/\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x02 \x01(\x0b\x32\x1b.specdec.v1.ProposeFeedbackH\x00\x42\t\n\x07message\"N\n\x0fProposeResponse\x12)\n\x05\x62lock\x18\x01 \x01(\x0b\x32\x1a.specdec.v1.CandidateBlock\x12\x10\n\x08\x64raft_ms\x18\x02 \x01(\x01\x32\x9b\x01\n\x0c\x44raftService\x12\x46\n\x07Propose\x12\x1a.specdec.v1.ProposeRequest\x1a\x1b.specdec.v1.ProposeResponse(\x01\x30\x01\x12\x43\n\x06Status\x12\x1f.specdec.v1.ServerStatusRequest\x1a\x18.specdec.v1.ServerStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16specdec/v1/draft.proto\x12\nspecdec.v1\x1a\x17specdec/v1/common.proto\"\xaf\x03\n\x0bProposeOpen\x12\x12\n\nprompt_ids\x18\x01 \x03(\x05\x12,\n\x08sampling\x18\x02 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12.\n\nacceptance\x18\x04 \x01(\x0e\x32\x1a.specdec.v1.AcceptanceMode\x12\x18\n\x10num_draft_tokens\x18\x05 \x01(\r\x12\x13\n\x0b\x64raft_top_k\x18\x06 \x01(\r\x12\x12\n\nvocab_size\x18\x07 \x01(\r\x12\x19\n\x11vocab_fingerprint\x18\x08 \x01(\t\x12\x16\n\x0etree_branching\x18\t \x01(\r\x12\x12\n\ntree_nodes\x18\n \x01(\r\x12(\n\tpenalties\x18\x0b \x01(\x0b\x32\x15.specdec.v1.Penalties\x12\x0f\n\x07grammar\x18\x0c \x01(\t\x12\x1a\n\x12\x64raft_ahead_tokens\x18\r \x01(\r\x12\x12\n\nmin_tokens\x18\x0e \x01(\r\x12\x16\n\x0estop_token_ids\x18\x0f \x03(\x05\x12\x13\n\x0b\x64raft_scope\x18\x10 \x01(\t\"o\n\x0fProposeFeedback\x12\x14\n\x0cnum_accepted\x18\x01 \x01(\r\x12\x14\n\x0c\x61ppended_ids\x18\x02 \x03(\x05\x12\x18\n\x10num_draft_tokens\x18\x03 \x01(\r\x12\x16\n\x0e\x61\x63\x63\x65pted_nodes\x18\x04 \x03(\r\"u\n\x0eProposeRequest\x12\'\n\x04open\x18\x01 \x01(\x0b\x32\x17.specdec.v1.ProposeOpenH\x00\x12/\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x02 \x01(\x0b\x32\x1b.specdec.v1.ProposeFeedbackH\x00\x42\t\n\x07message\"N\n\x0fProposeResponse\x12)\n\x05\x62lock\x18\x01 \x01(\x0b\x32\x1a.specdec.v1.CandidateBlock\x12\x10\n\x08\x64raft_ms\x18\x02 \x01(\x01\x32\x9b\x01\n\x0c\x44raftService\x12\x46\n\x07Propose\x12\x1a.specdec.v1.ProposeRequest\x1a\x1b.specdec.v1.ProposeResponse(\x01\x30\x01\x12\x43\n\x06Status\x12\x1f.specdec.v1.ServerStatusRequest\x1a\x18.specdec.v1.ServerStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,13 +33,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'specdec.v1.draft_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PROPOSEOPEN']._serialized_start=64
-  _globals['_PROPOSEOPEN']._serialized_end=474
-  _globals['_PROPOSEFEEDBACK']._serialized_start=476
-  _globals['_PROPOSEFEEDBACK']._serialized_end=587
-  _globals['_PROPOSEREQUEST']._serialized_start=589
-  _globals['_PROPOSEREQUEST']._serialized_end=706
-  _globals['_PROPOSERESPONSE']._serialized_start=708
-  _globals['_PROPOSERESPONSE']._serialized_end=786
-  _globals['_DRAFTSERVICE']._serialized_start=789
-  _globals['_DRAFTSERVICE']._serialized_end=944
+  _globals['_PROPOSEOPEN']._serialized_end=495
+  _globals['_PROPOSEFEEDBACK']._serialized_start=497
+  _globals['_PROPOSEFEEDBACK']._serialized_end=608
+  _globals['_PROPOSEREQUEST']._serialized_start=610
+  _globals['_PROPOSEREQUEST']._serialized_end=727
+  _globals['_PROPOSERESPONSE']._serialized_start=729
+  _globals['_PROPOSERESPONSE']._serialized_end=807
+  _globals['_DRAFTSERVICE']._serialized_start=810
+  _globals['_DRAFTSERVICE']._serialized_end=965
 # @@protoc_insertion_point(module_scope)

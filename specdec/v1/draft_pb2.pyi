@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ProposeOpen(_message.Message):
-    __slots__ = ("prompt_ids", "sampling", "seed", "acceptance", "num_draft_tokens", "draft_top_k", "vocab_size", "vocab_fingerprint", "tree_branching", "tree_nodes", "penalties", "grammar", "draft_ahead_tokens", "min_tokens", "stop_token_ids")
+    __slots__ = ("prompt_ids", "sampling", "seed", "acceptance", "num_draft_tokens", "draft_top_k", "vocab_size", "vocab_fingerprint", "tree_branching", "tree_nodes", "penalties", "grammar", "draft_ahead_tokens", "min_tokens", "stop_token_ids", "draft_scope")
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class ProposeOpen(_message.Message):
     DRAFT_AHEAD_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_SCOPE_FIELD_NUMBER: _ClassVar[int]
     prompt_ids: _containers.RepeatedScalarFieldContainer[int]
     sampling: _common_pb2.SamplingParams
     seed: int
@@ -39,7 +40,8 @@ class ProposeOpen(_message.Message):
     draft_ahead_tokens: int
     min_tokens: int
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ..., num_draft_tokens: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., tree_branching: _Optional[int] = ..., tree_nodes: _Optional[int] = ..., penalties: _Optional[_Union[_common_pb2.Penalties, _Mapping]] = ..., grammar: _Optional[str] = ..., draft_ahead_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    draft_scope: str
+    def __init__(self, prompt_ids: _Optional[_Iterable[int]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ..., num_draft_tokens: _Optional[int] = ..., draft_top_k: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., tree_branching: _Optional[int] = ..., tree_nodes: _Optional[int] = ..., penalties: _Optional[_Union[_common_pb2.Penalties, _Mapping]] = ..., grammar: _Optional[str] = ..., draft_ahead_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., draft_scope: _Optional[str] = ...) -> None: ...
 
 class ProposeFeedback(_message.Message):
     __slots__ = ("num_accepted", "appended_ids", "num_draft_tokens", "accepted_nodes")

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from specdec.v1 import common_pb2 as specdec_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17specdec/v1/verify.proto\x12\nspecdec.v1\x1a\x17specdec/v1/common.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"z\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12(\n\ntool_calls\x18\x03 \x03(\x0b\x32\x14.specdec.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\"M\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.specdec.v1.ChatMessage\x12\x12\n\ntools_json\x18\x02 \x01(\t\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\x81\x03\n\x11GenerationOptions\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x18.specdec.v1.ChatMessagesH\x00\x12)\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x14.specdec.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x04 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x12\n\nmax_tokens\x18\x07 \x01(\r\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12.\n\nacceptance\x18\t \x01(\x0e\x32\x1a.specdec.v1.AcceptanceMode\x12(\n\tpenalties\x18\n \x01(\x0b\x32\x15.specdec.v1.Penalties\x12\x0f\n\x07grammar\x18\x0b \x01(\t\x12\x12\n\nmin_tokens\x18\x0c \x01(\rB\x08\n\x06promptB\x07\n\x05_seed\"\xbe\x02\n\x0fGenerateRequest\x12.\n\x07options\x18\x01 \x01(\x0b\x32\x1d.specdec.v1.GenerationOptions\x12\x18\n\x0bspeculative\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x1d\n\x10num_draft_tokens\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x10\n\x08logprobs\x18\x04 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x05 \x01(\r\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x39\n\x12speculation_policy\x18\x07 \x01(\x0e\x32\x1d.specdec.v1.SpeculationPolicy\x12\x12\n\nprovenance\x18\x08 \x01(\x08\x12\x12\n\nprediction\x18\t \x01(\tB\x0e\n\x0c_speculativeB\x13\n\x11_num_draft_tokens\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"e\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\x12#\n\x03top\x18\x04 \x03(\x0b\x32\x16.specdec.v1.TopLogprob\"\x87\x01\n\nRoundStats\x12\x16\n\x0enum_candidates\x18\x01 \x01(\r\x12\x14\n\x0cnum_accepted\x18\x02 \x01(\r\x12\x10\n\x08\x64raft_ms\x18\x03 \x01(\x01\x12\x11\n\ttarget_ms\x18\x04 \x01(\x01\x12\x14\n\x0ctransport_ms\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61llback\x18\x06 \x01(\x08\"\x97\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\r\x12\"\n\x1a\x61\x63\x63\x65pted_prediction_tokens\x18\x04 \x01(\r\x12\"\n\x1arejected_prediction_tokens\x18\x05 \x01(\r\"\x8f\x01\n\x12SpeculativeSummary\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x0e\n\x06rounds\x18\x02 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x04 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65ptance_rate\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61llback\x18\x06 \x01(\x08\"H\n\x0fTokenProvenance\x12\'\n\x06source\x18\x01 \x01(\x0e\x32\x17.specdec.v1.TokenSource\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xab\x02\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12*\n\x08logprobs\x18\x03 \x03(\x0b\x32\x18.specdec.v1.TokenLogprob\x12%\n\x05round\x18\x04 \x01(\x0b\x32\x16.specdec.v1.RoundStats\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12 \n\x05usage\x18\x06 \x01(\x0b\x32\x11.specdec.v1.Usage\x12/\n\x07summary\x18\x07 \x01(\x0b\x32\x1e.specdec.v1.SpeculativeSummary\x12\x0c\n\x04seed\x18\x08 \x01(\x04\x12+\n\x06tokens\x18\t \x03(\x0b\x32\x1b.specdec.v1.TokenProvenance\"<\n\nVerifyOpen\x12.\n\x07options\x18\x01 \x01(\x0b\x32\x1d.specdec.v1.GenerationOptions\"o\n\rVerifyRequest\x12&\n\x04open\x18\x01 \x01(\x0b\x32\x16.specdec.v1.VerifyOpenH\x00\x12+\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x1a.specdec.v1.CandidateBlockH\x00\x42\t\n\x07message\"\xba\x01\n\x0eVerifyResponse\x12\x14\n\x0cnum_accepted\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x16\n\x0emax_candidates\x18\x05 \x01(\r\x12\x12\n\nprompt_ids\x18\x06 \x03(\x05\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12 \n\x05usage\x18\x08 \x01(\x0b\x32\x11.specdec.v1.Usage*s\n\x11SpeculationPolicy\x12\"\n\x1eSPECULATION_POLICY_UNSPECIFIED\x10\x00\x12\x1b\n\x17SPECULATION_POLICY_AUTO\x10\x01\x12\x1d\n\x19SPECULATION_POLICY_ALWAYS\x10\x02\x32\xe2\x01\n\rVerifyService\x12G\n\x08Generate\x12\x1b.specdec.v1.GenerateRequest\x1a\x1c.specdec.v1.GenerateResponse0\x01\x12\x43\n\x06Verify\x12\x19.specdec.v1.VerifyRequest\x1a\x1a.specdec.v1.VerifyResponse(\x01\x30\x01\x12\x43\n\x06Status\x12\x1f.specdec.v1.ServerStatusRequest\x1a\x18.specdec.v1.ServerStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17specdec/v1/verify.proto\x12\nspecdec.v1\x1a\x17specdec/v1/common.proto\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"z\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12(\n\ntool_calls\x18\x03 \x03(\x0b\x32\x14.specdec.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\"M\n\x0c\x43hatMessages\x12)\n\x08messages\x18\x01 \x03(\x0b\x32\x17.specdec.v1.ChatMessage\x12\x12\n\ntools_json\x18\x02 \x01(\t\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\x05\"\x81\x03\n\x11GenerationOptions\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12(\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x18.specdec.v1.ChatMessagesH\x00\x12)\n\ttoken_ids\x18\x03 \x01(\x0b\x32\x14.specdec.v1.TokenIdsH\x00\x12,\n\x08sampling\x18\x04 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\x06 \x03(\t\x12\x12\n\nmax_tokens\x18\x07 \x01(\r\x12\x12\n\nignore_eos\x18\x08 \x01(\x08\x12.\n\nacceptance\x18\t \x01(\x0e\x32\x1a.specdec.v1.AcceptanceMode\x12(\n\tpenalties\x18\n \x01(\x0b\x32\x15.specdec.v1.Penalties\x12\x0f\n\x07grammar\x18\x0b \x01(\t\x12\x12\n\nmin_tokens\x18\x0c \x01(\rB\x08\n\x06promptB\x07\n\x05_seed\"\xd3\x02\n\x0fGenerateRequest\x12.\n\x07options\x18\x01 \x01(\x0b\x32\x1d.specdec.v1.GenerationOptions\x12\x18\n\x0bspeculative\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x1d\n\x10num_draft_tokens\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x10\n\x08logprobs\x18\x04 \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x05 \x01(\r\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x39\n\x12speculation_policy\x18\x07 \x01(\x0e\x32\x1d.specdec.v1.SpeculationPolicy\x12\x12\n\nprovenance\x18\x08 \x01(\x08\x12\x12\n\nprediction\x18\t \x01(\t\x12\x13\n\x0b\x64raft_scope\x18\n \x01(\tB\x0e\n\x0c_speculativeB\x13\n\x11_num_draft_tokens\">\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\"e\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\t\x12\x0f\n\x07logprob\x18\x03 \x01(\x01\x12#\n\x03top\x18\x04 \x03(\x0b\x32\x16.specdec.v1.TopLogprob\"\x87\x01\n\nRoundStats\x12\x16\n\x0enum_candidates\x18\x01 \x01(\r\x12\x14\n\x0cnum_accepted\x18\x02 \x01(\r\x12\x10\n\x08\x64raft_ms\x18\x03 \x01(\x01\x12\x11\n\ttarget_ms\x18\x04 \x01(\x01\x12\x14\n\x0ctransport_ms\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61llback\x18\x06 \x01(\x08\"\x97\x01\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x14\n\x0ctotal_tokens\x18\x03 \x01(\r\x12\"\n\x1a\x61\x63\x63\x65pted_prediction_tokens\x18\x04 \x01(\r\x12\"\n\x1arejected_prediction_tokens\x18\x05 \x01(\r\"\x8f\x01\n\x12SpeculativeSummary\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x0e\n\x06rounds\x18\x02 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x04 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65ptance_rate\x18\x05 \x01(\x01\x12\x10\n\x08\x66\x61llback\x18\x06 \x01(\x08\"H\n\x0fTokenProvenance\x12\'\n\x06source\x18\x01 \x01(\x0e\x32\x17.specdec.v1.TokenSource\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xab\x02\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12*\n\x08logprobs\x18\x03 \x03(\x0b\x32\x18.specdec.v1.TokenLogprob\x12%\n\x05round\x18\x04 \x01(\x0b\x32\x16.specdec.v1.RoundStats\x12\x15\n\rfinish_reason\x18\x05 \x01(\t\x12 \n\x05usage\x18\x06 \x01(\x0b\x32\x11.specdec.v1.Usage\x12/\n\x07summary\x18\x07 \x01(\x0b\x32\x1e.specdec.v1.SpeculativeSummary\x12\x0c\n\x04seed\x18\x08 \x01(\x04\x12+\n\x06tokens\x18\t \x03(\x0b\x32\x1b.specdec.v1.TokenProvenance\"<\n\nVerifyOpen\x12.\n\x07options\x18\x01 \x01(\x0b\x32\x1d.specdec.v1.GenerationOptions\"o\n\rVerifyRequest\x12&\n\x04open\x18\x01 \x01(\x0b\x32\x16.specdec.v1.VerifyOpenH\x00\x12+\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x1a.specdec.v1.CandidateBlockH\x00\x42\t\n\x07message\"\xba\x01\n\x0eVerifyResponse\x12\x14\n\x0cnum_accepted\x18\x01 \x01(\r\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x15\n\rfinish_reason\x18\x04 \x01(\t\x12\x16\n\x0emax_candidates\x18\x05 \x01(\r\x12\x12\n\nprompt_ids\x18\x06 \x03(\x05\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12 \n\x05usage\x18\x08 \x01(\x0b\x32\x11.specdec.v1.Usage*s\n\x11SpeculationPolicy\x12\"\n\x1eSPECULATION_POLICY_UNSPECIFIED\x10\x00\x12\x1b\n\x17SPECULATION_POLICY_AUTO\x10\x01\x12\x1d\n\x19SPECULATION_POLICY_ALWAYS\x10\x02\x32\xe2\x01\n\rVerifyService\x12G\n\x08Generate\x12\x1b.specdec.v1.GenerateRequest\x1a\x1c.specdec.v1.GenerateResponse0\x01\x12\x43\n\x06Verify\x12\x19.specdec.v1.VerifyRequest\x1a\x1a.specdec.v1.VerifyResponse(\x01\x30\x01\x12\x43\n\x06Status\x12\x1f.specdec.v1.ServerStatusRequest\x1a\x18.specdec.v1.ServerStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'specdec.v1.verify_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SPECULATIONPOLICY']._serialized_start=2403
-  _globals['_SPECULATIONPOLICY']._serialized_end=2518
+  _globals['_SPECULATIONPOLICY']._serialized_start=2424
+  _globals['_SPECULATIONPOLICY']._serialized_end=2539
   _globals['_TOOLCALL']._serialized_start=64
   _globals['_TOOLCALL']._serialized_end=119
   _globals['_CHATMESSAGE']._serialized_start=121
@@ -45,27 +45,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATIONOPTIONS']._serialized_start=350
   _globals['_GENERATIONOPTIONS']._serialized_end=735
   _globals['_GENERATEREQUEST']._serialized_start=738
-  _globals['_GENERATEREQUEST']._serialized_end=1056
-  _globals['_TOPLOGPROB']._serialized_start=1058
-  _globals['_TOPLOGPROB']._serialized_end=1120
-  _globals['_TOKENLOGPROB']._serialized_start=1122
-  _globals['_TOKENLOGPROB']._serialized_end=1223
-  _globals['_ROUNDSTATS']._serialized_start=1226
-  _globals['_ROUNDSTATS']._serialized_end=1361
-  _globals['_USAGE']._serialized_start=1364
-  _globals['_USAGE']._serialized_end=1515
-  _globals['_SPECULATIVESUMMARY']._serialized_start=1518
-  _globals['_SPECULATIVESUMMARY']._serialized_end=1661
-  _globals['_TOKENPROVENANCE']._serialized_start=1663
-  _globals['_TOKENPROVENANCE']._serialized_end=1735
-  _globals['_GENERATERESPONSE']._serialized_start=1738
-  _globals['_GENERATERESPONSE']._serialized_end=2037
-  _globals['_VERIFYOPEN']._serialized_start=2039
-  _globals['_VERIFYOPEN']._serialized_end=2099
-  _globals['_VERIFYREQUEST']._serialized_start=2101
-  _globals['_VERIFYREQUEST']._serialized_end=2212
-  _globals['_VERIFYRESPONSE']._serialized_start=2215
-  _globals['_VERIFYRESPONSE']._serialized_end=2401
-  _globals['_VERIFYSERVICE']._serialized_start=2521
-  _globals['_VERIFYSERVICE']._serialized_end=2747
+  _globals['_GENERATEREQUEST']._serialized_end=1077
+  _globals['_TOPLOGPROB']._serialized_start=1079
+  _globals['_TOPLOGPROB']._serialized_end=1141
+  _globals['_TOKENLOGPROB']._serialized_start=1143
+  _globals['_TOKENLOGPROB']._serialized_end=1244
+  _globals['_ROUNDSTATS']._serialized_start=1247
+  _globals['_ROUNDSTATS']._serialized_end=1382
+  _globals['_USAGE']._serialized_start=1385
+  _globals['_USAGE']._serialized_end=1536
+  _globals['_SPECULATIVESUMMARY']._serialized_start=1539
+  _globals['_SPECULATIVESUMMARY']._serialized_end=1682
+  _globals['_TOKENPROVENANCE']._serialized_start=1684
+  _globals['_TOKENPROVENANCE']._serialized_end=1756
+  _globals['_GENERATERESPONSE']._serialized_start=1759
+  _globals['_GENERATERESPONSE']._serialized_end=2058
+  _globals['_VERIFYOPEN']._serialized_start=2060
+  _globals['_VERIFYOPEN']._serialized_end=2120
+  _globals['_VERIFYREQUEST']._serialized_start=2122
+  _globals['_VERIFYREQUEST']._serialized_end=2233
+  _globals['_VERIFYRESPONSE']._serialized_start=2236
+  _globals['_VERIFYRESPONSE']._serialized_end=2422
+  _globals['_VERIFYSERVICE']._serialized_start=2542
+  _globals['_VERIFYSERVICE']._serialized_end=2768
 # @@protoc_insertion_point(module_scope)

@@ -84,7 +84,7 @@ class GenerationOptions(_message.Message):
     def __init__(self, text: _Optional[str] = ..., chat: _Optional[_Union[ChatMessages, _Mapping]] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., max_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., acceptance: _Optional[_Union[_common_pb2.AcceptanceMode, str]] = ..., penalties: _Optional[_Union[_common_pb2.Penalties, _Mapping]] = ..., grammar: _Optional[str] = ..., min_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy", "provenance", "prediction")
+    __slots__ = ("options", "speculative", "num_draft_tokens", "logprobs", "top_logprobs", "request_id", "speculation_policy", "provenance", "prediction", "draft_scope")
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class GenerateRequest(_message.Message):
     SPECULATION_POLICY_FIELD_NUMBER: _ClassVar[int]
     PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_SCOPE_FIELD_NUMBER: _ClassVar[int]
     options: GenerationOptions
     speculative: bool
     num_draft_tokens: int
@@ -103,7 +104,8 @@ class GenerateRequest(_message.Message):
     speculation_policy: SpeculationPolicy
     provenance: bool
     prediction: str
-    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ..., speculation_policy: _Optional[_Union[SpeculationPolicy, str]] = ..., provenance: _Optional[bool] = ..., prediction: _Optional[str] = ...) -> None: ...
+    draft_scope: str
+    def __init__(self, options: _Optional[_Union[GenerationOptions, _Mapping]] = ..., speculative: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., request_id: _Optional[str] = ..., speculation_policy: _Optional[_Union[SpeculationPolicy, str]] = ..., provenance: _Optional[bool] = ..., prediction: _Optional[str] = ..., draft_scope: _Optional[str] = ...) -> None: ...
 
 class TopLogprob(_message.Message):
     __slots__ = ("token_id", "token", "logprob")

@@ -27,6 +27,7 @@ _SOURCE_TO_PROTO = {
     TokenSource.DRAFT: common_pb2.TOKEN_SOURCE_DRAFT,
     TokenSource.LOOKUP: common_pb2.TOKEN_SOURCE_LOOKUP,
     TokenSource.PREDICTION: common_pb2.TOKEN_SOURCE_PREDICTION,
+    TokenSource.SUFFIX: common_pb2.TOKEN_SOURCE_SUFFIX,
 }
 
 
