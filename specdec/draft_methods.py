@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specdec.bundled import BUNDLED_MODELS, bundled_model_path
 from specdec.drafters import Drafter, ModelDrafter, NgramDrafter, layer_skip_drafter
@@ -18,6 +19,9 @@ from specdec.engines.hf import LoadedModel, check_vocab_compatible, load_model, 
 from specdec.errors import IncompatibleVocabularyError, ModelLoadError, SpecdecError
 from specdec.footprints import ModelFootprint, footprint, gguf_footprint, model_config
 from specdec.serving.config import DraftMethod, ModelSection, SpecdecConfig, TargetEngine, Verification
+
+if TYPE_CHECKING:
+    from specdec.drafters.suffix_cache import SuffixTrees
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +149,20 @@ def _build_ngram(_config: SpecdecConfig, _target: TargetModel | None) -> DraftSi
 def _build_suffix(config: SpecdecConfig, _target: TargetModel | None) -> DraftSide:
     """Suffix decoding alone: the trees of the `suffix` section, no model (in process, or in a draft service)."""
     from specdec.drafters.suffix import SuffixDrafter
-    from specdec.drafters.suffix_cache import SuffixTrees
 
-    return DraftSide(SuffixDrafter(SuffixTrees(config.suffix.settings())), None)
+    return DraftSide(SuffixDrafter(new_suffix_trees(config, "model.draft_method")), None)
+
+
+def new_suffix_trees(config: SpecdecConfig, setting: str) -> SuffixTrees:
+    """Suffix decoding's trees (one set per process); `setting` is named when arctic-inference is missing."""
+    try:
+        from specdec.drafters.suffix_cache import SuffixTrees
+    except ImportError as error:
+        raise SpecdecError(
+            f"{setting}: suffix decoding needs arctic-inference, which is not installed ({error}); "
+            "`make install` builds it (docs/configuration.md, Suffix decoding)"
+        ) from error
+    return SuffixTrees(config.suffix.settings())
 
 
 DRAFT_METHODS: dict[DraftMethod, DraftMethodRow] = {

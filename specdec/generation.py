@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -15,13 +16,16 @@ from specdec.batching import SequenceRunner
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.prediction import with_prediction
-from specdec.drafters.suffix import SuffixTrees, with_suffix
+from specdec.drafters.suffix import with_suffix
 from specdec.engines.hf import LoadedModel
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import DraftUnavailableError
 from specdec.load_policy import LoadAwareSpeculation
 from specdec.output import GenerationChunk
 from specdec.request import GenerationRequest, GenerationStats
+
+if TYPE_CHECKING:
+    from specdec.drafters.suffix_cache import SuffixTrees
 from specdec.target_session import TargetSession
 
 log = logging.getLogger(__name__)

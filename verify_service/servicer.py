@@ -15,7 +15,6 @@ from specdec.acceptance_modes import rule
 from specdec.assembly import suffix_trees
 from specdec.batching import SequenceRunner
 from specdec.batching.service import service_batching
-from specdec.drafters.suffix_cache import SuffixTrees
 from specdec.engines.base import TargetModel
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
@@ -59,7 +58,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.runner: SequenceRunner | None = None  # the target's sessions, batched: set with the target
         self.load_policy: LoadAwareSpeculation | None = None
         self.drafter: RemoteDrafter | None = None
-        self.suffix: SuffixTrees | None = None  # suffix decoding's trees (suffix.enabled), before the remote draft
+        self.suffix = None  # SuffixTrees: suffix decoding's (suffix.enabled), before the remote draft
         self.fingerprint = ""
         self.metrics = metrics or VerifyMetrics()
         settings = config.verify_service

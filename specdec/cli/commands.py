@@ -223,6 +223,7 @@ def up(args: argparse.Namespace) -> int:
             tiny=args.tiny,
             num_draft_tokens=args.num_draft_tokens,
             gguf_threads=args.gguf_threads,
+            suffix_decoding=args.suffix_decoding,
             restart_policy=RestartPolicy(crash_limit=args.crash_limit, crash_window_s=args.crash_window),
         )
     )

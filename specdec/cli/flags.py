@@ -28,6 +28,7 @@ CONFIG_FLAGS: tuple[tuple[str, str], ...] = (
     ("model.model_draft_tokens", "--model-draft-tokens"),
     ("model.gguf_threads", "--gguf-threads"),
     ("model.gguf_context_tokens", "--gguf-context-tokens"),
+    ("suffix.enabled", "--suffix-decoding"),
     ("speculative.draft_tokens", "--num-draft-tokens"),
     ("speculative.acceptance", "--acceptance"),
     ("speculative.adaptive_k", "--adaptive-k"),

@@ -41,6 +41,7 @@ class UpPlan:
     tiny: bool = False
     num_draft_tokens: int | None = None  # K for the verify service (None: the config's, or the default pair's)
     gguf_threads: int | None = None  # llama.cpp threads of a gguf draft (None: the default pair's, or the config's)
+    suffix_decoding: bool | None = None  # suffix decoding in the verify service (None: the config's)
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)  # a child that exits is restarted within it
 
 
@@ -282,6 +283,7 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
             "--draft-endpoint",
             f"localhost:{plan.draft_port}",
             *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else []),
+            *({True: ["--suffix-decoding"], False: ["--no-suffix-decoding"]}.get(plan.suffix_decoding, [])),
         ],
         placement=side.verify_placement,
         probe=verify_healthy,

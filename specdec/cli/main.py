@@ -14,6 +14,7 @@ from specdec.errors import SpecdecError, describe_validation_error
 from specdec.fields import ACCEPTANCE, SPECULATION_POLICY, VERIFICATION
 from specdec.serving.config import DraftMethod
 
+SUFFIX_HELP = "draft from suffix trees over this request and the API key's earlier outputs before the draft model (suffix decoding)"
 DRAFT_METHOD_CHOICES = [method.value for method in DraftMethod]  # each has its row in specdec.draft_methods
 
 
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="K per round (default: the config's; for the default pair 4 with its GGUF draft, 2 with the distilled one)",
     )
+    up.add_argument("--suffix-decoding", action=argparse.BooleanOptionalAction, help=SUFFIX_HELP)
     up.add_argument("--gateway-port", type=int, default=8000)
     up.add_argument("--draft-port", type=int, default=50051)
     up.add_argument("--verify-port", type=int, default=50052)
@@ -235,6 +237,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
         "--adaptive-k", action=argparse.BooleanOptionalAction, help="choose K each round from measured acceptance and costs"
     )
     verify.add_argument("--acceptance", choices=ACCEPTANCE.choices, help="default acceptance mode")
+    verify.add_argument("--suffix-decoding", action=argparse.BooleanOptionalAction, help=SUFFIX_HELP)
     gateway = serve.add_parser("gateway", help="the OpenAI-compatible HTTP gateway (default port 8000)")
     gateway.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     gateway.add_argument("--host", help="address to bind (default 0.0.0.0)")

@@ -20,6 +20,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,10 +29,12 @@ from specdec.batching import BatchingOptions
 from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.ngram import point_mass_block
-from specdec.drafters.suffix_cache import SuffixSettings, SuffixTrees
 from specdec.enums import TokenSource
 from specdec.errors import DraftUnavailableError
 from specdec.tree import chain_parents, node_depths
+
+if TYPE_CHECKING:
+    from specdec.drafters.suffix_cache import SuffixTrees  # arctic-inference, loaded only where suffix decoding is on
 
 log = logging.getLogger(__name__)
 
@@ -165,4 +168,4 @@ def with_suffix(drafter: Drafter | None, trees: SuffixTrees | None, inner_tokens
     return SuffixDrafter(trees, drafter, inner_tokens)
 
 
-__all__ = ["SuffixDrafter", "SuffixSession", "SuffixSettings", "SuffixTrees", "with_suffix"]
+__all__ = ["SuffixDrafter", "SuffixSession", "fit_tree", "with_suffix"]

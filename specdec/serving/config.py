@@ -25,8 +25,8 @@ class DraftMethod(str, Enum):
     MODEL = "model"
     LAYER_SKIP = "layer_skip"
     NGRAM = "ngram"
-    GGUF = "gguf"
-    SUFFIX = "suffix"  # suffix decoding alone (the `suffix` section's trees): no model  # a GGUF file (e.g. a quantized copy of the target) run by llama.cpp
+    GGUF = "gguf"  # a GGUF file (e.g. a quantized copy of the target) run by llama.cpp
+    SUFFIX = "suffix"  # suffix decoding alone (the `suffix` section's trees): no model
 
 
 class TargetEngine(str, Enum):
