@@ -75,23 +75,33 @@ class SuffixSession:
 
     def propose(self, num_tokens: int) -> DraftBlock:
         started = time.perf_counter()
-        block = self._suffix_block(num_tokens) if num_tokens > 0 and self.enabled else None
+        draft = self._speculate(num_tokens) if num_tokens > 0 and self.enabled else None
+        block = None
+        if draft is not None and (self.inner is None or draft.score >= self.settings.min_score):
+            block = self._suffix_block(draft, num_tokens)
         if block is None:
-            return self._inner_block(num_tokens if self.inner_tokens is None else min(num_tokens, self.inner_tokens))
+            block = self._inner_block(num_tokens if self.inner_tokens is None else min(num_tokens, self.inner_tokens))
+            if len(block) or draft is None:
+                return block
+            # The model had nothing this round (a remote draft still catching up on a long prompt, or failed):
+            # a match below min_score still beats a plain step.
+            block = self._suffix_block(draft, num_tokens)
+            if block is None:
+                return DraftBlock.empty()
         block = replace(block, compute_ms=(time.perf_counter() - started) * 1000)
         self._own.record_block(block)
         return block
 
-    def _suffix_block(self, num_tokens: int) -> DraftBlock | None:
-        sequence = self._own.token_ids
+    def _speculate(self, num_tokens: int):
         # A chain holds at most num_tokens candidates; a tree that many deep and at most max_nodes in all.
         most = min(self.tree.max_nodes if self.tree else num_tokens, self.settings.draft_tokens)
-        draft = self.suffix.speculate(sequence, most, self.settings, self.tree is not None)
-        if not draft.token_ids or (self.inner is not None and draft.score < self.settings.min_score):
-            return None
+        draft = self.suffix.speculate(self._own.token_ids, most, self.settings, self.tree is not None)
+        return draft if draft.token_ids else None
+
+    def _suffix_block(self, draft, num_tokens: int) -> DraftBlock | None:
         if self.tree is not None and draft.parents != chain_parents(len(draft.parents)):
             return _tree_block(*fit_tree(draft.token_ids, draft.parents, self.tree.branching, num_tokens))
-        candidates = grammar_prefix(self.constraint, sequence, list(draft.token_ids[:num_tokens]))
+        candidates = grammar_prefix(self.constraint, self._own.token_ids, list(draft.token_ids[:num_tokens]))
         if not candidates:
             return None
         block = point_mass_block(candidates)

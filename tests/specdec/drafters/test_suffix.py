@@ -144,9 +144,11 @@ def test_a_failing_model_leaves_the_trees_drafting_alone():
     drafter = SuffixDrafter(SuffixTrees(_settings(min_score=100)), _FailingDrafter(), inner_tokens=2)
     _answer(SuffixDrafter(drafter.trees), PROMPT, ANSWER)
     session = drafter.open(_request([7, 10, 11, 12]))
-    assert len(session.propose(4)) == 0  # not confident: the model's turn, and it failed
+    # Not confident: the model's turn; it failed, so the match below min_score drafts the round after all.
+    assert session.propose(4).candidate_ids.tolist() == [13, 14, 15]
     assert session.inner is None
-    assert session.propose(4).candidate_ids.tolist() == [13, 14, 15]  # every match is used now
+    session.feedback(3, [16])
+    assert session.propose(4).candidate_ids.tolist() == [17]  # the trees alone from now on
 
 
 def test_tree_requests_alone_get_a_tree_that_fits_the_shape():
