@@ -180,6 +180,13 @@ class _DraftSide:
     placement: Placement = Placement()  # the draft process's on the host's CPUs
     verify_placement: Placement = Placement()
     served_name: str | None = None  # the gateway's --served-model-name (None: the config's, or the target's name)
+    # A model-free method that runs beside the target (suffix decoding): no draft service, no round trip, and
+    # the target keeps every core.
+    in_verify: bool = False
+
+
+# Draft methods `up` runs inside the verify service (flags for `serve verify`) instead of starting a draft service.
+IN_VERIFY_METHODS = {"suffix": ("--no-draft", "--suffix-decoding")}
 
 
 def _draft_side(plan: UpPlan) -> _DraftSide:
@@ -189,6 +196,11 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     num_draft_tokens = plan.num_draft_tokens
     config = _file_config(plan)
     default_pair = target is None and config.model.target_path is None
+    if (method or config.model.draft_method.value) in IN_VERIFY_METHODS:
+        served_name = None if config.serving.served_model_name or not default_pair else default_pair_paths(plan.tiny).served_name
+        target = default_pair_paths(plan.tiny).target if default_pair else target
+        flags = list(IN_VERIFY_METHODS[method or config.model.draft_method.value])
+        return _DraftSide(target, flags, num_draft_tokens, served_name=served_name, in_verify=True)
     if default_pair:
         pair = default_pair_paths(plan.tiny)
         target = pair.target
@@ -245,44 +257,26 @@ def _file_config(plan: UpPlan):
 def start_all(stack: Stack, plan: UpPlan) -> None:
     config = ["--config", plan.config_file] if plan.config_file else []
     side = _draft_side(plan)
-    target, draft_args, num_draft_tokens = side.target, side.args, side.num_draft_tokens
     # NOTE: draft and verify serve gRPC without authentication: `up` keeps them on the loopback interface.
-    draft_healthy = partial(grpc_serving, f"localhost:{plan.draft_port}")
-    stack.spawn(
-        "draft",
-        [
-            "serve",
-            "draft",
-            *config,
-            *draft_args,
-            "--host",
-            LOOPBACK,
-            "--port",
-            str(plan.draft_port),
-            "--metrics-port",
-            str(plan.draft_metrics_port),
-        ],
-        placement=side.placement,
-        probe=draft_healthy,
-    )
-    _wait_healthy("draft", stack, draft_healthy)
+    if not side.in_verify:
+        _start_draft(stack, plan, config, side)
     verify_healthy = partial(grpc_serving, f"localhost:{plan.verify_port}")
+    draft_flags = side.args if side.in_verify else ["--draft-endpoint", f"localhost:{plan.draft_port}"]
     stack.spawn(
         "verify",
         [
             "serve",
             "verify",
             *config,
-            *([f"--target={target}"] if target else []),
+            *([f"--target={side.target}"] if side.target else []),
             "--host",
             LOOPBACK,
             "--port",
             str(plan.verify_port),
             "--metrics-port",
             str(plan.verify_metrics_port),
-            "--draft-endpoint",
-            f"localhost:{plan.draft_port}",
-            *([f"--num-draft-tokens={num_draft_tokens}"] if num_draft_tokens else []),
+            *draft_flags,
+            *([f"--num-draft-tokens={side.num_draft_tokens}"] if side.num_draft_tokens else []),
             *({True: ["--suffix-decoding"], False: ["--no-suffix-decoding"]}.get(plan.suffix_decoding, [])),
         ],
         placement=side.verify_placement,
@@ -305,6 +299,18 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
         probe=gateway_healthy,
     )
     _wait_healthy("gateway", stack, gateway_healthy)
+
+
+def _start_draft(stack: Stack, plan: UpPlan, config: list[str], side: _DraftSide) -> None:
+    draft_healthy = partial(grpc_serving, f"localhost:{plan.draft_port}")
+    stack.spawn(
+        "draft",
+        ["serve", "draft", *config, *side.args, "--host", LOOPBACK, "--port", str(plan.draft_port)]
+        + ["--metrics-port", str(plan.draft_metrics_port)],
+        placement=side.placement,
+        probe=draft_healthy,
+    )
+    _wait_healthy("draft", stack, draft_healthy)
 
 
 def _wait_healthy(name: str, stack: Stack, probe) -> None:

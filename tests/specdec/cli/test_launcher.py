@@ -224,3 +224,28 @@ def test_services_get_sleeping_openmp_workers_unless_told_otherwise(monkeypatch)
     assert environment["OMP_WAIT_POLICY"] == "PASSIVE" and environment["SPECDEC_MODELS_DIR"] == "/models"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert service_environment()["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def _suffix_tokens(ports: dict[str, int], key: str) -> int:
+    url = f"http://127.0.0.1:{ports['--gateway-port']}/v1/chat/completions"
+    body = {
+        "model": "target",
+        "messages": [{"role": "user", "content": "List the tables of the shop schema."}],
+        "max_tokens": 48,
+        "temperature": 0,
+        "speculative": {"provenance": True, "policy": "always"},
+    }
+    reply = httpx.post(url, json=body, timeout=120, headers={"Authorization": f"Bearer {key}"})
+    assert reply.status_code == 200, reply.text
+    return sum(token["source"] == "suffix" for token in reply.json()["choices"][0]["provenance"]["tokens"])
+
+
+def test_up_with_the_suffix_method_drafts_in_verify_from_the_same_keys_earlier_outputs(tmp_path):
+    """No draft service (model-free drafting beside the target); a key's second identical request is drafted from
+    its first one's output, another key's is not (the gateway's key id scopes the trees)."""
+    ports = _ports()
+    with _specdec_up(tmp_path, ports, "--tiny", "--draft-method", "suffix", env={"SPECDEC_API_KEYS": "key-a,key-b"}):
+        assert not _listening_addresses(ports["--draft-port"])  # no draft service
+        first = _suffix_tokens(ports, "key-a")  # from its own output only (the tiny model repeats itself)
+        assert _suffix_tokens(ports, "key-a") > first
+        assert _suffix_tokens(ports, "key-b") == first  # greedy: exactly the first request's, with nothing learned
