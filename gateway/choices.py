@@ -7,7 +7,16 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from gateway.protocol import ChatCompletionRequest, CompletionRequest, CompletionTokensDetails, SpeculativeStats, Usage, new_id, now
+from gateway.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    CompletionTokensDetails,
+    DrafterStats,
+    SpeculativeStats,
+    Usage,
+    new_id,
+    now,
+)
 from gateway.tool_calls import OutputDelta, ParsedCall, ToolCallParser
 from gateway.tool_constraint import forces_call
 from gateway.upstream import Upstream, generate_request
@@ -175,7 +184,20 @@ def speculative(request: OpenAIRequest, choices: list[Choice]) -> SpeculativeSta
         accepted_tokens=accepted,
         acceptance_rate=round(accepted / draft, 6) if draft else 0.0,
         fallback=any(s.fallback for s in summaries),
+        drafters=_drafters(summaries),
     )
+
+
+def _drafters(summaries: list[verify_pb2.SpeculativeSummary]) -> dict[str, DrafterStats]:
+    """Each drafter's blocks and tokens, summed over the choices."""
+    drafters: dict[str, DrafterStats] = {}
+    for summary in summaries:
+        for entry in summary.drafters:
+            stats = drafters.setdefault(_SOURCE_NAMES[entry.drafter], DrafterStats())
+            stats.blocks += entry.blocks
+            stats.draft_tokens += entry.draft_tokens
+            stats.accepted_tokens += entry.accepted_tokens
+    return drafters
 
 
 def grammar_param(request: OpenAIRequest) -> str:

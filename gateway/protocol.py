@@ -362,6 +362,12 @@ class Usage(BaseModel):
     completion_tokens_details: CompletionTokensDetails = CompletionTokensDetails()
 
 
+class DrafterStats(BaseModel):
+    blocks: int = 0  # rounds that verified its block
+    draft_tokens: int = 0  # its candidates (a tree's nodes)
+    accepted_tokens: int = 0
+
+
 class SpeculativeStats(BaseModel):
     enabled: bool
     rounds: int = 0
@@ -369,6 +375,7 @@ class SpeculativeStats(BaseModel):
     accepted_tokens: int = 0
     acceptance_rate: float = 0.0
     fallback: bool = False
+    drafters: dict[str, DrafterStats] = Field(default_factory=dict)  # by drafter: draft (a model), lookup, suffix, prediction
 
 
 def new_id(prefix: str) -> str:

@@ -137,8 +137,10 @@ class SpeculativeGenerator:
                 policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
             draft.last_mode = policy_drafting
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
-        if len(block):
+        drafter = block.candidate_sources()[0].value if len(block) else None
+        if drafter is not None:
             stats.record_round(len(block), verdict.num_accepted)
+            stats.record_drafter(drafter, len(block), verdict.num_accepted)
         if block.sources[:1] == (TokenSource.PREDICTION,):
             stats.record_prediction(len(block), verdict.num_accepted)
         chunk.round = info = replace(
@@ -146,6 +148,7 @@ class SpeculativeGenerator:
             transport_ms=max(0.0, propose_ms - block.compute_ms),
             fallback=stats.fallback,
             chosen_k=budget if drafting else None,
+            drafter=drafter,
         )
         target.learn_from_round(info)
         span.set_attributes(

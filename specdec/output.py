@@ -30,6 +30,7 @@ class RoundInfo:
     transport_ms: float = 0.0  # propose wall time minus draft compute (network, queues)
     fallback: bool = False
     chosen_k: int | None = None  # candidates the loop asked the drafter for; None when no drafter was open
+    drafter: str | None = None  # which drafter's block the round verified (a TokenSource value); None: no candidates
 
 
 @dataclass

@@ -90,6 +90,13 @@ class GenerationRequest(BaseModel):
 
 
 @dataclass
+class DrafterCounts:
+    blocks: int = 0  # rounds that verified this drafter's block
+    draft_tokens: int = 0  # its candidates (a tree's nodes)
+    accepted_tokens: int = 0
+
+
+@dataclass
 class GenerationStats:
     rounds: int = 0
     draft_tokens: int = 0
@@ -101,6 +108,8 @@ class GenerationStats:
     # that the target kept, and those it rejected (both are computed, and counted as completion work).
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
+    # Per drafter (TokenSource value of the block's candidates: draft, lookup, suffix, prediction): which one pays.
+    drafters: dict[str, DrafterCounts] = field(default_factory=dict)
 
     def record_round(self, num_candidates: int, num_accepted: int) -> None:
         self.rounds += 1
@@ -113,6 +122,12 @@ class GenerationStats:
         for position in range(num_candidates):
             self.proposed_per_position[position] += 1
             self.accepted_per_position[position] += position < num_accepted
+
+    def record_drafter(self, drafter: str, num_candidates: int, num_accepted: int) -> None:
+        counts = self.drafters.setdefault(drafter, DrafterCounts())
+        counts.blocks += 1
+        counts.draft_tokens += num_candidates
+        counts.accepted_tokens += num_accepted
 
     def record_prediction(self, num_candidates: int, num_accepted: int) -> None:
         self.accepted_prediction_tokens += num_accepted
@@ -131,6 +146,7 @@ class GenerationStats:
             "fallback": self.fallback,
             "accepted_prediction_tokens": self.accepted_prediction_tokens,
             "rejected_prediction_tokens": self.rejected_prediction_tokens,
+            "drafters": {name: vars(counts).copy() for name, counts in self.drafters.items()},
             "acceptance_by_position": [
                 round(accepted / proposed, 6) if proposed else 0.0
                 for accepted, proposed in zip(self.accepted_per_position, self.proposed_per_position)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from specdec.acceptance import RoundVerdict
+from specdec.enums import TokenSource
 from specdec.output import GenerationChunk, TokenLogprob
 from specdec.request import GenerationRequest, GenerationStats
 from specdec.serving.rpc.convert import source_to_proto
@@ -46,6 +47,15 @@ def generate_response(
                 accepted_tokens=stats.accepted_tokens,
                 acceptance_rate=stats.acceptance_rate,
                 fallback=stats.fallback,
+                drafters=[
+                    verify_pb2.DrafterSummary(
+                        drafter=source_to_proto(TokenSource(name)),
+                        blocks=counts.blocks,
+                        draft_tokens=counts.draft_tokens,
+                        accepted_tokens=counts.accepted_tokens,
+                    )
+                    for name, counts in stats.drafters.items()
+                ],
             )
         )
     return message

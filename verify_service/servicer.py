@@ -141,7 +141,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
 
     def _record_round(self, chunk: GenerationChunk, timing: _EmitTiming) -> None:
         info = chunk.round
-        self.metrics.record_round(info.num_candidates, info.num_accepted)
+        self.metrics.record_round(info.num_candidates, info.num_accepted, info.drafter)
         if info.chosen_k is not None:
             self.metrics.chosen_k.observe(info.chosen_k)
         for phase, milliseconds in (("draft", info.draft_ms), ("target", info.target_ms), ("transport", info.transport_ms)):

@@ -149,14 +149,32 @@ class VerifyMetrics(ModelServiceMetrics):
             registry=registry,
             buckets=_DRAFT_LENGTH_BUCKETS,
         )
+        # Per drafter (draft, lookup, suffix, prediction): which one pays, and how big its blocks (trees) are.
+        self.drafter_draft_tokens = Counter(
+            "specdec_drafter_draft_tokens", "Candidates proposed, by the drafter that proposed them", ["drafter"], registry=registry
+        )
+        self.drafter_accepted_tokens = Counter(
+            "specdec_drafter_accepted_tokens", "Candidates accepted, by the drafter that proposed them", ["drafter"], registry=registry
+        )
+        self.drafter_block_size = Histogram(
+            "specdec_drafter_block_size",
+            "Candidates per verified block (a tree's nodes), by drafter; its count is the drafter's rounds",
+            ["drafter"],
+            registry=registry,
+            buckets=_DRAFT_LENGTH_BUCKETS,
+        )
         self.load_policy_drafting = Gauge(
             "specdec_load_policy_drafting",
             "1 while the load-aware policy lets sessions draft, 0 while it runs plain target steps",
             registry=registry,
         )
 
-    def record_round(self, num_candidates: int, num_accepted: int) -> None:
+    def record_round(self, num_candidates: int, num_accepted: int, drafter: str | None = None) -> None:
         self.target_forwards.inc()
+        if drafter is not None:
+            self.drafter_draft_tokens.labels(drafter).inc(num_candidates)
+            self.drafter_accepted_tokens.labels(drafter).inc(num_accepted)
+            self.drafter_block_size.labels(drafter).observe(num_candidates)
         if num_candidates:
             self.num_drafts.inc()
             self.num_draft_tokens.inc(num_candidates)

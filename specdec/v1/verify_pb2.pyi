@@ -160,20 +160,34 @@ class Usage(_message.Message):
     def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ..., accepted_prediction_tokens: _Optional[int] = ..., rejected_prediction_tokens: _Optional[int] = ...) -> None: ...
 
 class SpeculativeSummary(_message.Message):
-    __slots__ = ("enabled", "rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "fallback")
+    __slots__ = ("enabled", "rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "fallback", "drafters")
     ENABLED_FIELD_NUMBER: _ClassVar[int]
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTANCE_RATE_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    DRAFTERS_FIELD_NUMBER: _ClassVar[int]
     enabled: bool
     rounds: int
     draft_tokens: int
     accepted_tokens: int
     acceptance_rate: float
     fallback: bool
-    def __init__(self, enabled: _Optional[bool] = ..., rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., fallback: _Optional[bool] = ...) -> None: ...
+    drafters: _containers.RepeatedCompositeFieldContainer[DrafterSummary]
+    def __init__(self, enabled: _Optional[bool] = ..., rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., fallback: _Optional[bool] = ..., drafters: _Optional[_Iterable[_Union[DrafterSummary, _Mapping]]] = ...) -> None: ...
+
+class DrafterSummary(_message.Message):
+    __slots__ = ("drafter", "blocks", "draft_tokens", "accepted_tokens")
+    DRAFTER_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    drafter: _common_pb2.TokenSource
+    blocks: int
+    draft_tokens: int
+    accepted_tokens: int
+    def __init__(self, drafter: _Optional[_Union[_common_pb2.TokenSource, str]] = ..., blocks: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ...) -> None: ...
 
 class TokenProvenance(_message.Message):
     __slots__ = ("source", "text")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from generation_support import PROMPT
 from generation_support import run as _run
 from lossless_support import always_accept, joint_p_value
 
@@ -252,3 +253,19 @@ def test_int8_draft_is_still_lossless(tiny_target, tiny_pair_paths, prompt_ids):
     reference = _run(tiny_target, None, prompt_ids, sampling=GREEDY, speculative=False)
     result = _run(tiny_target, ModelDrafter(quantized.model), prompt_ids, sampling=GREEDY)
     assert result.token_ids == reference.token_ids and result.stats.acceptance_rate > 0.3
+
+
+def test_each_drafters_blocks_are_counted_apart(tiny_target, tiny_draft):
+    """Suffix decoding before the model: the stats say which drafter proposed what, and the parts add up."""
+    from specdec.drafters.suffix_cache import SuffixTrees
+    from specdec.serving.config import SuffixSection
+
+    trees = SuffixTrees(SuffixSection(min_score=2.0).settings())
+    generator = SpeculativeGenerator(tiny_target, ModelDrafter(tiny_draft.model), suffix=trees)
+    request = GenerationRequest(prompt_ids=tiny_target.tokenizer(PROMPT)["input_ids"], max_tokens=60, ignore_eos=True, num_draft_tokens=3)
+    generator.generate(request)  # teaches the trees this output
+    stats = generator.generate(request).stats
+    assert set(stats.drafters) == {"suffix", "draft"}
+    assert sum(counts.draft_tokens for counts in stats.drafters.values()) == stats.draft_tokens
+    assert sum(counts.accepted_tokens for counts in stats.drafters.values()) == stats.accepted_tokens
+    assert len(stats.proposed_per_position) > 3  # suffix blocks may outgrow K (3): their budget is suffix.draft_tokens

@@ -237,7 +237,11 @@ def _suffix_tokens(ports: dict[str, int], key: str) -> int:
     }
     reply = httpx.post(url, json=body, timeout=120, headers={"Authorization": f"Bearer {key}"})
     assert reply.status_code == 200, reply.text
-    return sum(token["source"] == "suffix" for token in reply.json()["choices"][0]["provenance"]["tokens"])
+    body = reply.json()
+    accepted = sum(token["source"] == "suffix" for token in body["choices"][0]["provenance"]["tokens"])
+    # The per-drafter statistics count the same tokens.
+    assert body["speculative"]["drafters"].get("suffix", {}).get("accepted_tokens", 0) == accepted
+    return accepted
 
 
 def test_up_with_the_suffix_method_drafts_in_verify_from_the_same_keys_earlier_outputs(tmp_path):
