@@ -13,6 +13,7 @@ call and one extend, medians over the last 1,000 requests (the trees are fullest
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -38,11 +39,11 @@ class Text:
 
     def __init__(self, seed: int) -> None:
         self.random = random.Random(seed)
-        self.weights = [1 / (rank + 1) ** 1.1 for rank in range(VOCAB)]
+        self.cumulative = list(itertools.accumulate(1 / (rank + 1) ** 1.1 for rank in range(VOCAB)))
         self.phrases = [self.fresh(self.random.randint(8, 32)) for _ in range(500)]
 
     def fresh(self, length: int) -> list[int]:
-        return self.random.choices(range(VOCAB), self.weights, k=length)
+        return self.random.choices(range(VOCAB), cum_weights=self.cumulative, k=length)
 
     def tokens(self, length: int) -> list[int]:
         out: list[int] = []

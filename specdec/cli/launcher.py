@@ -54,11 +54,24 @@ class DefaultPair:
     draft_method: str | None  # None: the config's (a `model` draft)
     draft_flags: tuple[str, ...] = ()  # on any host
     served_name: str | None = None  # the model id clients send (None: the target's file name)
+    verify_flags: tuple[str, ...] = ()  # on any host, unless the config file sets the same settings
 
 
 # The target's own GGUF agrees with it on 0.98 of greedy tokens; prompt lookup first would only replace
 # better proposals (0.65-0.87 with lookup in front; docs/benchmarks.md).
 _GGUF_PAIR_FLAGS = ("--no-prompt-lookup",)
+
+
+def _suffix_flags() -> tuple[str, ...]:
+    """Suffix decoding before the GGUF draft where arctic-inference is installed: on agent traffic 1.2x the pair's
+    tok/s, on chat the same (docs/benchmarks.md, "Suffix decoding")."""
+    if importlib.util.find_spec("arctic_inference") is None:
+        print(
+            "specdec up: arctic-inference is not installed, so the default pair drafts without suffix decoding (`make install` builds it)",
+            file=sys.stderr,
+        )
+        return ()
+    return ("--suffix-decoding",)
 
 
 def default_pair_paths(tiny: bool = False) -> DefaultPair:
@@ -92,6 +105,7 @@ def default_pair_paths(tiny: bool = False) -> DefaultPair:
             "gguf",
             _GGUF_PAIR_FLAGS,
             served_name=TARGET_NAME,
+            verify_flags=_suffix_flags(),
         )
     from specdec.cli.tiny_pair import make_tiny_pair
 
@@ -180,6 +194,7 @@ class _DraftSide:
     placement: Placement = Placement()  # the draft process's on the host's CPUs
     verify_placement: Placement = Placement()
     served_name: str | None = None  # the gateway's --served-model-name (None: the config's, or the target's name)
+    verify_flags: tuple[str, ...] = ()  # the default pair's `serve verify` flags
     # A model-free method that runs beside the target (suffix decoding): no draft service, no round trip, and
     # the target keeps every core.
     in_verify: bool = False
@@ -222,7 +237,10 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
     args += ["--cpu-threads", "1"] if (default_pair or plan.config_file is None) and config.draft_service.cpu_threads is None else []
     draft_cores, verify_cores = cores or (None, None)
-    return _DraftSide(target, args, num_draft_tokens, Placement(_draft_niceness(), draft_cores), Placement(cpus=verify_cores), served_name)
+    verify_flags = pair.verify_flags if default_pair and "enabled" not in config.suffix.model_fields_set else ()
+    return _DraftSide(
+        target, args, num_draft_tokens, Placement(_draft_niceness(), draft_cores), Placement(cpus=verify_cores), served_name, verify_flags
+    )
 
 
 def split_cores(available: set[int]) -> tuple[frozenset[int], frozenset[int]] | None:
@@ -276,6 +294,7 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
             "--metrics-port",
             str(plan.verify_metrics_port),
             *draft_flags,
+            *side.verify_flags,
             *([f"--num-draft-tokens={side.num_draft_tokens}"] if side.num_draft_tokens else []),
             *({True: ["--suffix-decoding"], False: ["--no-suffix-decoding"]}.get(plan.suffix_decoding, [])),
         ],

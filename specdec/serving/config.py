@@ -97,7 +97,8 @@ class SuffixSection(_Section):
     draft_tokens: NumDraftTokens = Field(16, description="most candidates per suffix block")
     max_spec_factor: float = Field(1.0, gt=0, le=64, description="a block holds at most this many times the matched length")
     min_token_prob: float = Field(0.1, ge=0, le=1, description="stop a block where the continuation's estimated frequency drops below")
-    min_score: float = Field(1.0, ge=0, le=256, description="a block goes before the draft model's when it expects this many accepted")
+    # 8: about twice what a K = 4 block of a good draft model brings; 1 lost 9% on chat (docs/benchmarks.md, Suffix decoding).
+    min_score: float = Field(8.0, ge=0, le=256, description="a block goes before the draft model's when it expects this many accepted")
 
     def settings(self):
         from specdec.drafters.suffix_cache import SuffixSettings  # deferred: the gateway reads this file too

@@ -105,7 +105,7 @@ def test_without_a_confident_match_the_model_drafts_at_most_its_tokens(model_dra
 
 
 def test_model_blocks_after_suffix_rounds_equal_a_fresh_sessions(model_drafter):
-    drafter = SuffixDrafter(SuffixTrees(_settings()), model_drafter, inner_tokens=3)
+    drafter = SuffixDrafter(SuffixTrees(_settings(min_score=1.0)), model_drafter, inner_tokens=3)
     _answer(drafter, PROMPT, ANSWER)
     session = drafter.open(_request([7, 10, 11, 12]))
     assert session.propose(4).candidate_ids.tolist() == [13, 14, 15]
