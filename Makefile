@@ -16,7 +16,7 @@ $(BIN)/specdec: pyproject.toml
 	$(BIN)/pip install --quiet "$(TORCH)"
 	# Suffix decoding's trees (arctic-inference, C++): PyPI has only its source, whose isolated build would pull a
 	# CUDA torch; built here against the torch above, with its build tools (about 1 minute; pip caches the wheel).
-	$(BIN)/pip install --quiet cmake ninja nanobind==2.9.2 grpcio-tools
+	$(BIN)/pip install --quiet setuptools wheel cmake ninja nanobind==2.9.2 grpcio-tools
 	PATH="$(abspath $(BIN)):$$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(BIN))/python" \
 		$(BIN)/pip install --quiet --no-build-isolation --no-deps "$(ARCTIC)"
 	@echo "make install: llama-cpp-python compiles from source the first time (about 10 minutes on 2 cores; pip caches the wheel)"

@@ -26,7 +26,7 @@ class SuffixSettings:
     """What the trees keep and how boldly they draft; the defaults and their meaning: the config's `suffix` section."""
 
     max_depth: int  # longest context matched, and deepest continuation kept
-    max_cached_requests: int  # outputs the global tree of each scope keeps, oldest evicted first
+    max_cached_requests: int  # outputs kept in all scopes' global trees together (a scope evicts its oldest first)
     max_scopes: int  # scopes (API keys) with a global tree; the least recently used is dropped first
     draft_tokens: int  # most candidates per suffix block
     max_spec_factor: float  # a block holds at most this many times the match length
@@ -50,9 +50,22 @@ class SuffixTrees:
         with self._lock:
             trees = self._scopes.pop(key, None) or _Scope(self.settings)
             self._scopes[key] = trees  # most recently used last
-            while len(self._scopes) > self.settings.max_scopes:
-                self._scopes.popitem(last=False)
+            self._drop_least_recent()
         return SuffixRequest(trees, next(self._request_ids), prompt_ids)
+
+    def _drop_least_recent(self) -> None:
+        """Room for one more output: the oldest outputs of the scopes used longest ago go first; scopes past
+        `max_scopes` go whole.
+
+        NOTE: memory grows with the outputs kept (about 250 bytes per output token at max_depth 24, measured by
+        benchmarks/suffix_memory.py), so the output bound is over all scopes together, not per scope.
+        """
+        while len(self._scopes) > self.settings.max_scopes:
+            self._scopes.popitem(last=False)
+        excess = sum(scope.cached_outputs() for scope in self._scopes.values()) - self.settings.max_cached_requests + 1
+        for scope in self._scopes.values():  # least recently used first; the one being opened last
+            while excess > 0 and scope.evict_oldest():
+                excess -= 1
 
     def cached_outputs(self) -> int:
         """Outputs held in all global trees (a gauge)."""
@@ -73,6 +86,15 @@ class _Scope:
     def cached_outputs(self) -> int:
         with self.lock:
             return len(self.cache.cached_requests)
+
+    def evict_oldest(self) -> bool:
+        """Drop the oldest output from the global tree; False when there is none."""
+        with self.lock:
+            oldest = next(iter(self.cache.cached_requests), None)
+            if oldest is None:
+                return False
+            self.cache.evict_cached_response(oldest)
+            return True
 
 
 class SuffixRequest:

@@ -92,7 +92,7 @@ class SuffixSection(_Section):
     enabled: bool = Field(False, description="draft from the suffix trees first, the draft model where they have no confident match")
     per_key: bool = Field(True, description="earlier outputs draft only for requests of the same API key; false: for every caller")
     max_depth: int = Field(24, ge=2, le=512, description="longest context matched, and deepest continuation kept")
-    max_cached_requests: int = Field(10_000, ge=1, le=1_000_000, description="outputs kept per scope, oldest evicted first")
+    max_cached_requests: int = Field(10_000, ge=1, le=1_000_000, description="outputs kept in all scopes together, oldest first")
     max_scopes: int = Field(64, ge=1, le=100_000, description="scopes (API keys) with trees; the least recently used is dropped")
     draft_tokens: NumDraftTokens = Field(16, description="most candidates per suffix block")
     max_spec_factor: float = Field(1.0, gt=0, le=64, description="a block holds at most this many times the matched length")

@@ -83,6 +83,19 @@ def test_the_trees_are_bounded_in_outputs_and_scopes():
     assert len(drafter.open(_request([50, 51, 52], scope="a")).propose(4)) == 0
 
 
+def test_the_output_bound_holds_over_all_scopes_together():
+    trees = SuffixTrees(_settings(max_cached_requests=2, max_scopes=8))
+    drafter = SuffixDrafter(trees)
+    _answer(drafter, PROMPT, ANSWER, scope="a")
+    _answer(drafter, PROMPT, [token + 20 for token in ANSWER], scope="b")
+    assert trees.cached_outputs() == 2
+    _answer(drafter, PROMPT, [token + 40 for token in ANSWER], scope="c")  # "a", used longest ago, gives up its output
+    assert trees.cached_outputs() == 2
+    assert drafter.open(_request([30, 31, 32], scope="b")).propose(4).candidate_ids.tolist()[:1] == [33]
+    assert len(drafter.open(_request([10, 11, 12], scope="a")).propose(4)) == 0
+    assert trees.cached_outputs() <= 2
+
+
 def test_the_requests_own_prompt_and_output_draft_too():
     session = SuffixDrafter(SuffixTrees(_settings())).open(_request([4, 5, 6, 7, 8, 4, 5]))
     assert session.propose(4).candidate_ids.tolist() == [6, 7]
