@@ -29,6 +29,8 @@ ALERTS = {
 
 # What the services' metrics export, as exposed (counters with _total). Checked against the code below.
 COUNTERS = {
+    "specdec_drafter_draft_tokens_total",
+    "specdec_drafter_accepted_tokens_total",
     "specdec_spec_decode_num_drafts_total",
     "specdec_spec_decode_num_draft_tokens_total",
     "specdec_spec_decode_num_accepted_tokens_total",
@@ -45,6 +47,7 @@ COUNTERS = {
     "specdec_draft_predraft_saved_seconds_total",
 }
 HISTOGRAMS = {
+    "specdec_drafter_block_size",
     "specdec_time_to_first_token_seconds",
     "specdec_gateway_time_to_first_token_seconds",
     "specdec_inter_token_latency_seconds",
