@@ -7,16 +7,8 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from gateway.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    CompletionTokensDetails,
-    DrafterStats,
-    SpeculativeStats,
-    Usage,
-    new_id,
-    now,
-)
+from gateway.protocol import ChatCompletionRequest, CompletionRequest, new_id, now
+from gateway.response_stats import CompletionTokensDetails, DrafterStats, SpeculativeStats, Usage
 from gateway.tool_calls import OutputDelta, ParsedCall, ToolCallParser
 from gateway.tool_constraint import forces_call
 from gateway.upstream import Upstream, generate_request

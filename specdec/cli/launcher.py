@@ -212,8 +212,9 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     config = _file_config(plan)
     default_pair = target is None and config.model.target_path is None
     if (method or config.model.draft_method.value) in IN_VERIFY_METHODS:
-        served_name = None if config.serving.served_model_name or not default_pair else default_pair_paths(plan.tiny).served_name
-        target = default_pair_paths(plan.tiny).target if default_pair else target
+        pair = default_pair_paths(plan.tiny) if default_pair else None  # once: it may fetch and convert the target
+        served_name = pair.served_name if pair and not config.serving.served_model_name else None
+        target = pair.target if pair else target
         flags = list(IN_VERIFY_METHODS[method or config.model.draft_method.value])
         return _DraftSide(target, flags, num_draft_tokens, served_name=served_name, in_verify=True)
     if default_pair:
