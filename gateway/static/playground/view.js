@@ -2,7 +2,7 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 export const SOURCE_LABELS = {
-  draft: "draft model", lookup: "prompt lookup", prediction: "prediction", target: "target",
+  draft: "draft model", lookup: "prompt lookup", suffix: "suffix decoding", prediction: "prediction", target: "target",
 };
 
 /** Appends a streamed choice's tokens to `container`: one element per token, with its source and round.
