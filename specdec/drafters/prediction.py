@@ -21,7 +21,6 @@ runs into an edit costs the target no more than `start_tokens` positions.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -29,11 +28,9 @@ from dataclasses import dataclass, replace
 from specdec.batching import BatchingOptions
 from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
+from specdec.drafters.fallible import FallibleSession
 from specdec.drafters.ngram import point_mass_block
 from specdec.enums import AcceptanceMode, TokenSource
-from specdec.errors import DraftUnavailableError
-
-log = logging.getLogger(__name__)
 
 _ENTRY_NGRAM = 2  # matched suffix tokens that show the output has entered the prediction
 
@@ -65,7 +62,7 @@ class PredictionDrafter:
 
 class PredictionSession:
     def __init__(self, inner: DraftSession | None, settings: PredictionSettings, request: DraftRequest) -> None:
-        self.inner = inner
+        self.inner = FallibleSession(inner, "the prediction")
         self.settings = settings
         self.prompt_length = len(request.prompt_ids)
         self.alignment = PredictionAlignment(request.prediction_ids)
@@ -98,28 +95,14 @@ class PredictionSession:
             compute_ms=(time.perf_counter() - started) * 1000,
             sources=(TokenSource.PREDICTION,) * len(block),
         )
-        if self.inner is not None:  # the wrapped session's feedback then applies to the predicted block too
-            self.inner.committed.record_block(block)
         self._own.record_block(block)
+        self.inner.adopt(self._own)  # the wrapped session's feedback then applies to the predicted block too
         return block
 
     def _inner_block(self, num_tokens: int) -> DraftBlock:
-        block = DraftBlock.empty()
-        if self.inner is not None:
-            try:
-                block = self.inner.propose(num_tokens)
-            except DraftUnavailableError as error:
-                self._drop_inner(error)
+        block = self.inner.propose(num_tokens)
         self._own.record_block(block)
         return block
-
-    def _drop_inner(self, error: DraftUnavailableError) -> None:
-        log.warning("wrapped drafter failed, drafting from the prediction alone: %s", error)
-        inner, self.inner = self.inner, None
-        try:
-            inner.close()
-        except DraftUnavailableError:
-            pass  # already gone: nothing left to release
 
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         if self.last_predicted:
@@ -127,15 +110,10 @@ class PredictionSession:
             full = num_accepted >= self.last_predicted
             self.block_tokens = min(2 * self.block_tokens, self.settings.max_tokens) if full else self.settings.start_tokens
         self._own.apply_feedback(num_accepted, appended_ids, accepted_nodes)
-        if self.inner is not None:
-            try:
-                self.inner.feedback(num_accepted, appended_ids, accepted_nodes)
-            except DraftUnavailableError as error:
-                self._drop_inner(error)
+        self.inner.feedback(num_accepted, appended_ids, accepted_nodes)
 
     def close(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
+        self.inner.close()
 
 
 class _Backoff:

@@ -16,7 +16,6 @@ every block of a tree request is the model's, so its tree bookkeeping sees every
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -28,15 +27,13 @@ from specdec.acceptance_modes import rule
 from specdec.batching import BatchingOptions
 from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
+from specdec.drafters.fallible import FallibleSession
 from specdec.drafters.ngram import point_mass_block
 from specdec.enums import TokenSource
-from specdec.errors import DraftUnavailableError
 from specdec.tree import chain_parents, node_depths
 
 if TYPE_CHECKING:
     from specdec.drafters.suffix_cache import SuffixTrees  # arctic-inference, loaded only where suffix decoding is on
-
-log = logging.getLogger(__name__)
 
 
 class SuffixDrafter:
@@ -59,7 +56,7 @@ class SuffixDrafter:
 class SuffixSession:
     def __init__(self, trees: SuffixTrees, inner: DraftSession | None, inner_tokens: int | None, request: DraftRequest) -> None:
         self.settings = trees.settings
-        self.inner = inner
+        self.inner = FallibleSession(inner, "the suffix trees")
         self.inner_tokens = inner_tokens
         self._own = CommittedSequence(list(request.prompt_ids))  # kept whatever the wrapped session does, so it can fail
         self.suffix = trees.open(request.draft_scope, request.prompt_ids)
@@ -67,7 +64,12 @@ class SuffixSession:
         self.constraint = request.constraint
         # Trees only alone and unconstrained (a grammar checks chains); with a model, a tree request is the model's.
         self.tree = request.tree if request.tree is not None and inner is None and request.constraint is None else None
-        self.enabled = request.tree is None or inner is None
+        self.tree_request = request.tree is not None
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the trees draft at all: composed with a model, a tree request is the model's (until it fails)."""
+        return not self.tree_request or not self.inner.alive
 
     @property
     def committed(self) -> CommittedSequence:
@@ -77,7 +79,7 @@ class SuffixSession:
         started = time.perf_counter()
         draft = self._speculate(num_tokens) if num_tokens > 0 and self.enabled else None
         block = None
-        if draft is not None and (self.inner is None or draft.score >= self.settings.min_score):
+        if draft is not None and (not self.inner.alive or draft.score >= self.settings.min_score):
             block = self._suffix_block(draft, num_tokens)
         if block is None:
             block = self._inner_block(num_tokens if self.inner_tokens is None else min(num_tokens, self.inner_tokens))
@@ -108,43 +110,22 @@ class SuffixSession:
         return replace(block, draft_probs=block.draft_probs if self.sends_q else None, sources=(TokenSource.SUFFIX,) * len(block))
 
     def _inner_block(self, num_tokens: int) -> DraftBlock:
-        block = DraftBlock.empty()
-        if self.inner is not None:
-            try:
-                block = self.inner.propose(num_tokens)
-            except DraftUnavailableError as error:
-                self._drop_inner(error)
+        block = self.inner.propose(num_tokens)
         self._own.record_block(block)
         return block
 
-    def _drop_inner(self, error: DraftUnavailableError) -> None:
-        log.warning("wrapped drafter failed, drafting from the suffix trees alone: %s", error)
-        inner, self.inner = self.inner, None
-        self.enabled = True
-        try:
-            inner.close()
-        except DraftUnavailableError:
-            pass  # already gone: nothing left to release
-
     def feedback(self, num_accepted: int, appended_ids: Sequence[int], accepted_nodes: Sequence[int] | None = None) -> None:
         before = len(self._own.token_ids)
-        last_block, last_parents = list(self._own.last_block), self._own.last_parents
+        # NOTE: the block the round verified may not be the wrapped session's (a suffix block, or one an outer
+        # drafter recorded here): it becomes the wrapped session's last block, so its feedback applies to it.
+        self.inner.adopt(self._own)
         self._own.apply_feedback(num_accepted, appended_ids, accepted_nodes)
         self.suffix.extend(self._own.token_ids[before:])
-        if self.inner is None:
-            return
-        # NOTE: the block the round verified may not be the wrapped session's (a suffix block, or one an outer
-        # drafter recorded here): it is made the wrapped session's last block, so its feedback applies to it.
-        self.inner.committed.last_block, self.inner.committed.last_parents = last_block, last_parents
-        try:
-            self.inner.feedback(num_accepted, appended_ids, accepted_nodes)
-        except DraftUnavailableError as error:
-            self._drop_inner(error)
+        self.inner.feedback(num_accepted, appended_ids, accepted_nodes)
 
     def close(self) -> None:
         self.suffix.close()
-        if self.inner is not None:
-            self.inner.close()
+        self.inner.close()
 
 
 def fit_tree(token_ids: Sequence[int], parents: Sequence[int], branching: int, depth: int) -> tuple[list[int], list[int]]:

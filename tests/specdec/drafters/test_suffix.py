@@ -159,7 +159,7 @@ def test_a_failing_model_leaves_the_trees_drafting_alone():
     session = drafter.open(_request([7, 10, 11, 12]))
     # Not confident: the model's turn; it failed, so the match below min_score drafts the round after all.
     assert session.propose(4).candidate_ids.tolist() == [13, 14, 15]
-    assert session.inner is None
+    assert not session.inner.alive
     session.feedback(3, [16])
     assert session.propose(4).candidate_ids.tolist() == [17]  # the trees alone from now on
 
