@@ -44,10 +44,6 @@ class ModeRounds:
         """draft_probs [vocab] at absolute `position`: the candidate, and q where the target needs it."""
         raise NotImplementedError
 
-    def choose_sparse(self, q: SparseDistribution, position: int, keys: DraftKeys) -> tuple[int, SparseDistribution | None]:
-        """q over a few ids (token_ids [n], probs [n]) at absolute `position`: as `choose` on q densified."""
-        raise NotImplementedError
-
     def verify_chain(
         self, candidate_ids: torch.Tensor, draft_probs: SparseDistribution | None, target_probs: torch.Tensor, noise: RoundNoise
     ) -> RoundVerdict:  # candidate_ids [k], target_probs [k + 1, vocab]
@@ -65,9 +61,6 @@ class GreedyRounds(ModeRounds):
     def choose(self, draft_probs, position, keys):
         return int(draft_probs.argmax()), None
 
-    def choose_sparse(self, q, position, keys):
-        return int(q.token_ids[q.probs.argmax()]), None
-
     def verify_chain(self, candidate_ids, draft_probs, target_probs, noise):
         return greedy_accept(candidate_ids.to(target_probs.device), target_probs)
 
@@ -81,10 +74,6 @@ class CoupledRounds(ModeRounds):
     def choose(self, draft_probs, position, keys):
         gumbel = keyed_gumbel(keys.seed, torch.tensor([position], device=draft_probs.device), draft_probs.shape[-1])
         return int(gumbel_argmax(draft_probs.unsqueeze(0), gumbel)[0]), None
-
-    def choose_sparse(self, q, position, keys):
-        # The target's own noise at the ids q lists: the same choice as on q densified (0 elsewhere never wins).
-        return int(q.token_ids[(q.probs.log() + keyed_gumbel_at(keys.seed, position, q.token_ids)).argmax()]), None
 
     def verify_chain(self, candidate_ids, draft_probs, target_probs, noise):
         positions = torch.arange(noise.start, noise.start + target_probs.shape[0], device=target_probs.device)
@@ -104,16 +93,14 @@ class RejectionRounds(ModeRounds):
 
     def choose(self, draft_probs, position, keys):
         sparse = sparse_top_k(draft_probs, keys.draft_top_k)
-        return self.choose_sparse(SparseDistribution(sparse.token_ids.cpu(), sparse.probs.double().cpu()), position, keys)
-
-    def choose_sparse(self, q, position, keys):
+        sparse = SparseDistribution(sparse.token_ids.cpu(), sparse.probs.double().cpu())
         # NOTE: Gumbel-max with noise keyed by (draft seed, position) is an exact sample of q, and the
         # same sample whenever this position is drafted from this prefix, however often the session
         # drafted before: a block drafted ahead (overlap.py) is the block a later propose would draw.
         # Still lossless: the verifier judges the candidate at a position at most once (that position
         # is then committed), and noise only ever used for unjudged candidates is fresh to it.
-        choice = int((q.probs.log() + keyed_gumbel_at(keys.draft_seed, position, q.token_ids)).argmax())
-        return int(q.token_ids[choice]), q
+        choice = int((sparse.probs.log() + keyed_gumbel_at(keys.draft_seed, position, sparse.token_ids)).argmax())
+        return int(sparse.token_ids[choice]), sparse
 
     def verify_chain(self, candidate_ids, draft_probs, target_probs, noise):
         return rejection_accept(candidate_ids, draft_probs, target_probs, noise.generator)

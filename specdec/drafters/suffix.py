@@ -8,16 +8,8 @@ the match length, cut where the continuation's estimated frequency drops below `
 `draft_tokens`. A block whose score (expected accepted tokens) reaches `min_score` goes first; otherwise `inner`
 drafts the round, at most `inner_tokens` candidates (the request's K). With no inner drafter every match is used.
 
-At temperature > 0 a chain is sampled from the trees instead: at each node a child is drawn in proportion to
-its estimated frequency, with the acceptance mode's noise at that position. Under coupled acceptance that is the
-target's own noise, so the chain follows the target's likely draw where earlier outputs branched (the most
-frequent path loses every round whose draw took another branch); under rejection it is the drafter's own noise,
-and the children's frequencies are the q sent.
-
-NOTE: lossless whatever the trees propose: greedy and coupled acceptance never read q, and under rejection each
-candidate is an exact sample of the q it carries (the most frequent path: a point mass). Whether a suffix block
-is used at all is decided from the most frequent path's score, before any noise is drawn: a choice that
-depended on the sample would make the candidates no longer samples of their q. Trees: a session with no inner drafter proposes
+NOTE: lossless whatever the trees propose: suffix blocks carry a point-mass q (rejection mode), and greedy and
+coupled acceptance never read q; the verifier decides every token. Trees: a session with no inner drafter proposes
 the trees' token tree when the request verifies trees (greedy and coupled only); composed with a model drafter,
 every block of a tree request is the model's, so its tree bookkeeping sees every round.
 """
@@ -32,22 +24,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.acceptance_modes import rule
-from specdec.acceptance_rounds import ROUNDS, DraftKeys
 from specdec.batching import BatchingOptions
 from specdec.constraints.matcher import grammar_prefix
 from specdec.drafters.base import CommittedSequence, DraftBlock, Drafter, DraftRequest, DraftSession
 from specdec.drafters.fallible import FallibleSession
 from specdec.drafters.ngram import point_mass_block
 from specdec.enums import TokenSource
-from specdec.sampling import SparseDistribution, concat_sparse
 from specdec.tree import chain_parents, node_depths
 
 if TYPE_CHECKING:
     from specdec.drafters.suffix_cache import SuffixTrees  # arctic-inference, loaded only where suffix decoding is on
-
-# The walk's own draft noise: independent of the verifier's and of a model drafter's (drafters/model.py).
-_WALK_SEED_SALT = 0x2545F4914F6CDD1D
-_WALK_NODES_PER_TOKEN = 4  # the tree a walk chooses in: this many nodes per candidate (siblings share a depth)
 
 
 class SuffixDrafter:
@@ -79,11 +65,6 @@ class SuffixSession:
         # Trees only alone and unconstrained (a grammar checks chains); with a model, a tree request is the model's.
         self.tree = request.tree if request.tree is not None and inner is None and request.constraint is None else None
         self.tree_request = request.tree is not None
-        # NOTE: no walk under a grammar: cutting a sampled chain where the grammar refuses a token would make its
-        # candidates samples of something other than their q; the most frequent path is cut deterministically.
-        self.walks = not request.sampling.is_greedy and self.tree is None and request.constraint is None
-        self.rounds = ROUNDS[request.acceptance]
-        self.keys = DraftKeys(request.seed, (request.seed ^ _WALK_SEED_SALT) & 0xFFFFFFFFFFFFFFFF, request.draft_top_k)
 
     @property
     def enabled(self) -> bool:
@@ -122,40 +103,11 @@ class SuffixSession:
     def _suffix_block(self, draft, num_tokens: int) -> DraftBlock | None:
         if self.tree is not None and draft.parents != chain_parents(len(draft.parents)):
             return _tree_block(*fit_tree(draft.token_ids, draft.parents, self.tree.branching, num_tokens))
-        depth = min(num_tokens, len(draft.token_ids))
-        walked, q = self._walk(depth) if self.walks else (list(draft.token_ids[:depth]), None)
-        candidates = grammar_prefix(self.constraint, self._own.token_ids, walked)
+        candidates = grammar_prefix(self.constraint, self._own.token_ids, list(draft.token_ids[:num_tokens]))
         if not candidates:
             return None
         block = point_mass_block(candidates)
-        if q is not None:
-            q = SparseDistribution(q.token_ids[: len(candidates)], q.probs[: len(candidates)])
-        else:
-            q = block.draft_probs
-        return replace(block, draft_probs=q if self.sends_q else None, sources=(TokenSource.SUFFIX,) * len(block))
-
-    def _walk(self, depth: int) -> tuple[list[int], SparseDistribution | None]:
-        """A chain of at most `depth` candidates (the most frequent path's length) drawn down the trees'
-        continuations; q per candidate where the mode sends it."""
-        # The trees bound a tree's nodes as they bound a chain's length: widen it, so siblings do not cost depth.
-        wide = replace(self.settings, max_spec_factor=self.settings.max_spec_factor * _WALK_NODES_PER_TOKEN)
-        tree = self.suffix.speculate(self._own.token_ids, depth * _WALK_NODES_PER_TOKEN, wide, True)
-        children: dict[int, list[int]] = {}
-        for node, parent in enumerate(tree.parents):
-            children.setdefault(parent, []).append(node)
-        position, node = len(self._own.token_ids), -1
-        walked, rows = [], []
-        while len(walked) < depth and node in children:
-            nodes = children[node]
-            probs = torch.tensor([tree.probs[child] for child in nodes], dtype=torch.float64)
-            q = SparseDistribution(torch.tensor([tree.token_ids[child] for child in nodes], dtype=torch.long), probs / probs.sum())
-            token_id, sent = self.rounds.choose_sparse(q, position + len(walked), self.keys)
-            node = next(child for child in nodes if tree.token_ids[child] == token_id)
-            walked.append(token_id)
-            rows.append(sent)
-        if not rows or rows[0] is None:
-            return walked, None
-        return walked, concat_sparse([SparseDistribution(row.token_ids.unsqueeze(0), row.probs.unsqueeze(0)) for row in rows])
+        return replace(block, draft_probs=block.draft_probs if self.sends_q else None, sources=(TokenSource.SUFFIX,) * len(block))
 
     def _inner_block(self, num_tokens: int) -> DraftBlock:
         block = self.inner.propose(num_tokens)

@@ -96,61 +96,6 @@ def test_the_output_bound_holds_over_all_scopes_together():
     assert trees.cached_outputs() <= 2
 
 
-def _branching_drafter(**settings) -> SuffixDrafter:
-    """Earlier outputs that continue "10 11" with 12 three times and with 20 once."""
-    drafter = SuffixDrafter(SuffixTrees(_settings(max_spec_factor=2.0, min_token_prob=0.05, **settings)))
-    for answer in ([10, 11, 12, 13], [10, 11, 12, 13], [10, 11, 12, 13], [10, 11, 20, 21]):
-        _answer(drafter, PROMPT, answer)
-    return drafter
-
-
-def _sampled(acceptance, seed, temperature=0.8, **fields) -> DraftRequest:
-    return DraftRequest([7, 10, 11], SamplingParams(temperature=temperature), acceptance, seed=seed, vocab_size=64, **fields)
-
-
-def test_at_temperature_above_zero_the_chain_is_drawn_in_proportion_to_the_earlier_outputs():
-    drafter = _branching_drafter()
-    firsts = [drafter.open(_sampled(AcceptanceMode.COUPLED, seed)).propose(2).candidate_ids.tolist() for seed in range(400)]
-    assert set(map(tuple, firsts)) == {(12, 13), (20, 21)}  # each branch followed whole
-    share = sum(first[0] == 20 for first in firsts) / len(firsts)
-    assert 0.18 < share < 0.32  # 1 in 4 earlier outputs took it
-    # Negative control: greedy requests always take the most frequent path.
-    assert {tuple(drafter.open(_request([7, 10, 11])).propose(2).candidate_ids.tolist()) for _ in range(20)} == {(12, 13)}
-
-
-def test_coupled_walks_choose_with_the_targets_noise():
-    from specdec.noise import keyed_gumbel_at
-
-    drafter = _branching_drafter()
-    for seed in range(50):
-        chosen = drafter.open(_sampled(AcceptanceMode.COUPLED, seed)).propose(1).candidate_ids.tolist()
-        noise = keyed_gumbel_at(seed, 3, torch.tensor([12, 20]))  # position 3: the candidate follows the 3-token prompt
-        expected = 12 if torch.log(torch.tensor([0.75, 0.25], dtype=torch.float64)).add(noise).argmax() == 0 else 20
-        assert chosen == [expected]
-
-
-def test_rejection_walks_send_the_frequencies_they_drew_from():
-    drafter = _branching_drafter()
-    block = drafter.open(_sampled(AcceptanceMode.REJECTION, 3)).propose(2)
-    first = dict(zip(block.draft_probs.token_ids[0].tolist(), block.draft_probs.probs[0].tolist(), strict=True))
-    assert first == pytest.approx({12: 0.75, 20: 0.25})
-    assert block.draft_probs.probs[1].max().item() == 1.0  # one continuation after either branch
-    assert block.candidate_ids[0].item() in (12, 20)
-
-
-class _AllowingEverything:
-    """A grammar that allows every token (the session reads only valid_prefix_length)."""
-
-    def valid_prefix_length(self, sequence, candidate_ids):
-        return len(candidate_ids)
-
-
-def test_a_constrained_request_takes_the_most_frequent_path():
-    drafter = _branching_drafter()
-    requests = [_sampled(AcceptanceMode.REJECTION, seed, constraint=_AllowingEverything()) for seed in range(30)]
-    assert {tuple(drafter.open(request).propose(2).candidate_ids.tolist()) for request in requests} == {(12, 13)}
-
-
 def test_the_requests_own_prompt_and_output_draft_too():
     session = SuffixDrafter(SuffixTrees(_settings())).open(_request([4, 5, 6, 7, 8, 4, 5]))
     assert session.propose(4).candidate_ids.tolist() == [6, 7]
