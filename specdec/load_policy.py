@@ -53,6 +53,8 @@ class _Window:
     drafting: bool
     load_bucket: int
     started: float
+    min_s: float  # the least it lasts once it has rounds (a probe: 0)
+    min_rounds: int = _MIN_ROUNDS  # rounds in its mode before it closes
     tokens: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})  # per mode of the rounds that ended here
     round_s: dict[bool, float] = field(default_factory=lambda: {True: 0.0, False: 0.0})
     rounds: dict[bool, int] = field(default_factory=lambda: {True: 0, False: 0})
@@ -64,8 +66,10 @@ class _Window:
         return self.tokens[drafting] / self.round_s[drafting]
 
     def done(self, now: float, window_s: float) -> bool:
-        enough = self.rounds[self.drafting] >= _MIN_ROUNDS or not any(self.rounds.values())
-        return now - self.started >= window_s and enough
+        elapsed = now - self.started
+        if not any(self.rounds.values()):
+            return elapsed >= window_s  # idle
+        return elapsed >= self.min_s and self.rounds[self.drafting] >= self.min_rounds
 
 
 @dataclass
@@ -105,7 +109,7 @@ class LoadAwareSpeculation:
         self.clock = clock
         self.buckets: dict[int, _BucketStats] = {}
         self._lock = threading.Lock()
-        self._window = _Window(True, load_bucket(max(1, load())), clock())
+        self._window = _Window(True, load_bucket(max(1, load())), clock(), window_s)
         self._last: _Measured | None = None  # the window before, if it measured anything
         self._warm = False  # whether a window has measured something (the first one, cold, does not count)
 
@@ -148,7 +152,7 @@ class LoadAwareSpeculation:
             self._fold_rates(window, stats)
             self._compare_with_last(window, stats)
         bucket = load_bucket(max(1, self.load()))
-        self._window = _Window(self._next_mode(self.buckets.setdefault(bucket, _BucketStats()), explore), bucket, now)
+        self._window = self._next_window(self.buckets.setdefault(bucket, _BucketStats()), bucket, now, explore)
         log.debug(
             "load-aware policy: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
             "drafting" if window.drafting else "plain",
@@ -158,6 +162,15 @@ class LoadAwareSpeculation:
             "drafting" if self._window.drafting else "plain",
             bucket,
         )
+
+    def _next_window(self, stats: _BucketStats, bucket: int, now: float, explore: bool) -> _Window:
+        drafting = self._next_mode(stats, explore)
+        if drafting == (stats.best if stats.best is not None else True):
+            return _Window(drafting, bucket, now, self.window_s)
+        # NOTE: a probe of the mode the policy does not run (plain steps, until drafting has lost) lasts its
+        # rounds only, one per session at most `_MIN_ROUNDS` times: at load 1 a window of `window_s` in plain
+        # steps was a whole request without speculation, and one in a few requests at every exploration.
+        return _Window(drafting, bucket, now, 0.0, _MIN_ROUNDS * bucket)
 
     @staticmethod
     def _fold_rates(window: _Window, stats: _BucketStats) -> None:

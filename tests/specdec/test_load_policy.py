@@ -69,6 +69,35 @@ def test_explorations_that_confirm_the_choice_become_rarer():
     assert service.policy.buckets[1].explore_interval == 16
 
 
+def _longest_runs(modes: list[bool]) -> dict[bool, int]:
+    longest, run = {True: 0, False: 0}, 0
+    for index, mode in enumerate(modes):
+        run = run + 1 if index and modes[index - 1] == mode else 1
+        longest[mode] = max(longest[mode], run)
+    return longest
+
+
+def test_probes_of_the_mode_not_in_use_last_their_rounds_not_the_window():
+    # A window is 1 s, 20 rounds of 50 ms: at load 1 a probe of plain steps that long is a whole request unsped.
+    drafting_wins = _longest_runs(_Service({(True, 1): 200, (False, 1): 100}).run(30))
+    assert drafting_wins[False] <= 8 and drafting_wins[True] >= 20
+    # Negative control: where plain steps win, they run whole windows and drafting is the short probe.
+    plain_wins = _longest_runs(_Service({(True, 1): 100, (False, 1): 200}).run(30)[40:])  # past the cold window and the first
+    assert plain_wins[False] >= 20 and plain_wins[True] <= 8
+
+
+def test_probes_last_a_round_per_session_at_higher_loads():
+    service = _Service({(True, 4): 200, (False, 4): 100})
+    service.load = 4
+    service.policy._window.load_bucket = 4
+    service.run(30)
+    window = service.policy._next_window(service.policy.buckets[4], 4, service.now, explore=False)
+    assert window.drafting and window.min_rounds == 8
+    service.policy.buckets[4].windows_since_explore = 10**6  # the next window explores
+    probe = service.policy._next_window(service.policy.buckets[4], 4, service.now, explore=True)
+    assert not probe.drafting and probe.min_s == 0 and probe.min_rounds == 32
+
+
 def test_the_cold_first_window_teaches_nothing():
     # The first requests after a start run slow (lazily built state): measured, they would read as
     # drafting losing 2:1, and the policy would stop drafting on a good draft.
