@@ -54,7 +54,7 @@ class DefaultPair:
     draft_method: str | None  # None: the config's (a `model` draft)
     draft_flags: tuple[str, ...] = ()  # on any host
     served_name: str | None = None  # the model id clients send (None: the target's file name)
-    verify_flags: tuple[str, ...] = ()  # on any host, unless the config file sets the same settings
+    suffix_decoding: bool = False  # verify drafts from suffix trees first, unless `up` or the config file says otherwise
 
 
 # The target's own GGUF agrees with it on 0.98 of greedy tokens; prompt lookup first would only replace
@@ -105,7 +105,7 @@ def default_pair_paths(tiny: bool = False) -> DefaultPair:
             "gguf",
             _GGUF_PAIR_FLAGS,
             served_name=TARGET_NAME,
-            verify_flags=_suffix_flags(),
+            suffix_decoding=True,
         )
     from specdec.cli.tiny_pair import make_tiny_pair
 
@@ -238,7 +238,9 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     # processes whose OpenMP thread teams span the same cores slow each other down badly.
     args += ["--cpu-threads", "1"] if (default_pair or plan.config_file is None) and config.draft_service.cpu_threads is None else []
     draft_cores, verify_cores = cores or (None, None)
-    verify_flags = pair.verify_flags if default_pair and "enabled" not in config.suffix.model_fields_set else ()
+    # Checked (and its absence reported) only where the default pair's suffix decoding is not overridden.
+    chosen = plan.suffix_decoding is not None or "enabled" in config.suffix.model_fields_set
+    verify_flags = _suffix_flags() if default_pair and pair.suffix_decoding and not chosen else ()
     return _DraftSide(
         target, args, num_draft_tokens, Placement(_draft_niceness(), draft_cores), Placement(cpus=verify_cores), served_name, verify_flags
     )

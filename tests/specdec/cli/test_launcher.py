@@ -180,6 +180,18 @@ def test_without_llama_cpp_the_default_pair_drafts_with_the_distilled_draft(monk
     assert "llama-cpp-python is not installed" in capsys.readouterr().err
 
 
+def test_the_default_pair_drafts_with_suffix_decoding_first_unless_told_otherwise(monkeypatch, default_target_dir, tmp_path):
+    from specdec.cli.launcher import UpPlan, _draft_side
+
+    monkeypatch.setenv("SPECDEC_MODELS_DIR", str(default_target_dir.parent))
+    ports = {"gateway_port": 1, "draft_port": 2, "verify_port": 3}
+    assert _draft_side(UpPlan(None, None, None, None, **ports)).verify_flags == ("--suffix-decoding",)
+    assert _draft_side(UpPlan(None, None, None, None, **ports, suffix_decoding=False)).verify_flags == ()  # `up`'s flag goes after
+    config = tmp_path / "no-suffix.yaml"
+    config.write_text("suffix:\n  enabled: false\n")
+    assert _draft_side(UpPlan(str(config), None, None, None, **ports)).verify_flags == ()
+
+
 def _read_until(process: subprocess.Popen, marker: str, timeout: float, log) -> str:
     deadline, seen = time.monotonic() + timeout, []
     while time.monotonic() < deadline:
