@@ -49,6 +49,11 @@ def overloaded(message: str, retry_after_s: float) -> OpenAIError:
     )
 
 
+def client_gone() -> OpenAIError:
+    """The client closed the connection before its answer (nginx's 499): logged and counted, read by nobody."""
+    return OpenAIError(499, "the client closed the connection before the answer was ready", "client_closed_request")
+
+
 def unavailable(message: str) -> OpenAIError:
     return OpenAIError(503, message, "service_unavailable", code="upstream_unavailable", headers={"Retry-After": "2"})
 

@@ -14,6 +14,7 @@ from gateway.admission import Admission, RateLimiter
 from gateway.auth import ApiKeys, AuditKeyIds, ClientAllowList
 from gateway.body_limit import largest_useful_body
 from gateway.choices import Completion, open_streams, run_all
+from gateway.disconnect import unless_client_leaves
 from gateway.errors import OpenAIError, bad_request
 from gateway.offload import CheckWorkers
 from gateway.protocol import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
@@ -116,10 +117,7 @@ class Gateway:
         completion = Completion(request, model)
         request._draft_scope = getattr(http.state, "key_id", "")  # set where API keys are on; never the key itself
         if not request.stream:
-            async with self.admission.slot(request.n) as queued_s:
-                self.metrics.queue_time.observe(queued_s)
-                choices = await run_all(self.upstream, completion)
-                body = completion.response(choices)
+            body, choices = await unless_client_leaves(http, self._answer(completion))
             self._account(identity, body["usage"], http)
             if self.log_content:
                 http.state.audit["output"] = [choice.text for choice in choices]
@@ -127,9 +125,8 @@ class Gateway:
             return JSONResponse(body)
         # A stream holds its slot until the last event (or the client's disconnect): see finish().
         stack = contextlib.AsyncExitStack()
-        self.metrics.queue_time.observe(await stack.enter_async_context(self.admission.slot(request.n)))
         try:
-            opened = await open_streams(self.upstream, request)
+            opened = await unless_client_leaves(http, self._open(stack, request))
         except BaseException:
             await stack.aclose()
             raise
@@ -145,6 +142,18 @@ class Gateway:
         return ClosingStreamingResponse(
             events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
+
+    async def _answer(self, completion: Completion) -> tuple[dict, list]:
+        """A whole answer, generated in a slot: the response body and its choices."""
+        async with self.admission.slot(completion.request.n) as queued_s:
+            self.metrics.queue_time.observe(queued_s)
+            choices = await run_all(self.upstream, completion)
+            return completion.response(choices), choices
+
+    async def _open(self, stack: contextlib.AsyncExitStack, request: ChatCompletionRequest | CompletionRequest) -> list:
+        """A slot, held by `stack` until the stream ends, and the opened gRPC streams."""
+        self.metrics.queue_time.observe(await stack.enter_async_context(self.admission.slot(request.n)))
+        return await open_streams(self.upstream, request)
 
     def _account(self, identity: str, usage: dict, http: Request) -> None:
         self.rates.record_tokens(identity, usage["completion_tokens"])
