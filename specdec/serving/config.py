@@ -176,9 +176,14 @@ class ServingSection(_Section):
     host: str = "0.0.0.0"
     port: int = Field(8000, ge=0, le=65535)
     max_batch_size: int = Field(8, ge=1)
-    max_concurrent_requests: int = Field(64, ge=1, description="requests generating at once")
-    max_queue: int = Field(128, ge=0, description="requests waiting for a slot; beyond it: 429")
-    queue_timeout_s: float = Field(30.0, gt=0, description="longest wait for a slot before 429")
+    # NOTE: admitting more generations than one forward pass serves adds no throughput, only latency:
+    # verify passes its sessions max_batch_size at a time, so each running request would advance
+    # once every few passes and none finish sooner; the rest wait in the queue, first come first served.
+    max_concurrent_requests: int | None = Field(
+        None, ge=1, description="generations at once (a request for n choices counts n); default: max_batch_size"
+    )
+    max_queue: int = Field(1024, ge=0, description="requests waiting for a slot; beyond it: 429")
+    queue_timeout_s: float = Field(60.0, gt=0, description="longest wait for a slot before 429")
     verify_endpoint: str = "localhost:50052"
     served_model_name: str | None = Field(None, description="the model id clients send; default: the target's name")
     api_keys_file: str | None = Field(None, description="one key per line; re-read when it changes")
@@ -204,6 +209,12 @@ class ServingSection(_Section):
     max_tokens_limit: int = Field(8192, ge=1, description="largest max_tokens a request may ask for")
     request_timeout_s: float = Field(600.0, gt=0)
     upstream_connect_timeout_s: float = Field(2.0, gt=0, description="verify unreachable for this long: 503")
+
+    @model_validator(mode="after")
+    def _admit_one_pass_by_default(self) -> ServingSection:
+        if self.max_concurrent_requests is None:
+            self.max_concurrent_requests = self.max_batch_size
+        return self
 
 
 class ObservabilitySection(_Section):

@@ -49,6 +49,20 @@ def test_seed_yaml_loads_as_written(seed_file):
     assert (config.observability.metrics_port, config.observability.log_level) == (9090, "info")
 
 
+@pytest.mark.parametrize(
+    ("text", "admitted"),
+    [("", 8), ("serving: {max_batch_size: 32}\n", 32), ("serving: {max_batch_size: 32, max_concurrent_requests: 4}\n", 4)],
+)
+def test_the_gateway_admits_one_forward_pass_of_generations_unless_told(tmp_path, text, admitted):
+    config = load_config(_write(tmp_path, text or "{}\n"))
+    assert config.serving.max_concurrent_requests == admitted
+
+
+def test_the_admission_default_follows_the_batch_size_set_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_SERVING__MAX_BATCH_SIZE", "16")
+    assert load_config(_write(tmp_path, "{}\n")).serving.max_concurrent_requests == 16
+
+
 def test_acceptance_sampling_false_is_refused(tmp_path):
     path = _write(tmp_path, "speculative: {acceptance_sampling: false}\n")
     with pytest.raises(SpecdecError, match=r"speculative\.acceptance_sampling"):
