@@ -22,10 +22,9 @@ def load_draft_gguf(path: str | Path, threads: int = 1, context_tokens: int = 40
     return load_gguf(path, GgufOptions(threads=threads, context_tokens=context_tokens, max_sequences=max_sequences, device="cpu"))
 
 
-def load_llama_cpp_target(path: str | Path, max_sequences: int = 8, plain_threads: int | None = None):
+def load_llama_cpp_target(path: str | Path, max_sequences: int = 8):
     """A LlamaCppTarget for tests: one thread (the suite runs on 2 cores), a small shared cache."""
     from specdec.engines.llama_cpp import LlamaCppSettings
     from specdec.engines.llama_cpp import load_llama_cpp_target as load
 
-    settings = LlamaCppSettings(threads=1, context_tokens=4096, max_sequences=max_sequences, device="cpu", plain_threads=plain_threads)
-    return load(path, settings)
+    return load(path, LlamaCppSettings(threads=1, context_tokens=4096, max_sequences=max_sequences, device="cpu"))

@@ -42,7 +42,6 @@ CONFIG_FLAGS: tuple[tuple[str, str], ...] = (
         for field, flag in (("max_sessions", "--max-sessions"), ("metrics_port", "--metrics-port"), ("cpu_threads", "--cpu-threads"))
     ),
     ("draft_service.overlap", "--overlap"),
-    ("verify_service.plain_step_threads", "--plain-step-threads"),
     ("verify_service.draft_endpoint", "--draft-endpoint"),
     ("verify_service.draft_round_timeout_ms", "--draft-round-timeout-ms"),
     ("serving.verify_endpoint", "--verify-endpoint"),

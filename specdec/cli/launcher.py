@@ -121,7 +121,7 @@ class PairTuning:
 
     num_draft_tokens: int
     draft_flags: tuple[str, ...]
-    own_cores: bool = False  # the draft pinned to a core of its own (split_cores), as on a device of its own
+    own_cores: bool = False  # draft and verify each pinned to cores of their own (split_cores), as on devices of their own
 
 
 # Chosen by measurement (docs/benchmarks.md, "Default pair: SmolLM2 drafted by its own GGUF"): K = 4
@@ -192,6 +192,7 @@ class _DraftSide:
     args: list[str]  # `serve draft` flags
     num_draft_tokens: int | None  # K for the verify service
     placement: Placement = Placement()  # the draft process's on the host's CPUs
+    verify_placement: Placement = Placement()
     served_name: str | None = None  # the gateway's --served-model-name (None: the config's, or the target's name)
     verify_flags: tuple[str, ...] = ()  # the default pair's `serve verify` flags
     # A model-free method that runs beside the target (suffix decoding): no draft service, no round trip, and
@@ -240,22 +241,9 @@ def _draft_side(plan: UpPlan) -> _DraftSide:
     # Checked (and its absence reported) only where the default pair's suffix decoding is not overridden.
     chosen = plan.suffix_decoding is not None or "enabled" in config.suffix.model_fields_set
     verify_flags = _suffix_flags() if default_pair and pair.suffix_decoding and not chosen else ()
-    verify_flags += _verify_threads(verify_cores, config) if verify_cores else ()
-    return _DraftSide(target, args, num_draft_tokens, Placement(_draft_niceness(), draft_cores), served_name, verify_flags)
-
-
-def _verify_threads(verify_cores: frozenset[int], config) -> tuple[str, ...]:  # config: SpecdecConfig
-    """Verify's threads beside a draft on a core of its own: its passes on the other cores, and its passes of
-    plain steps only (no draft drafting beside them) on every core. Not pinned: those passes need the draft's core.
-
-    NOTE: pinned to the target's cores alone, a plain step (a request without speculation, or the load-aware
-    policy's plain rounds) left the draft's core idle: 27 ms for a padded bf16 step on one thread, 16 ms on two."""
-    settings, flags = config.verify_service, []
-    if settings.cpu_threads is None:
-        flags.append(f"--cpu-threads={len(verify_cores)}")
-    if settings.plain_step_threads is None:
-        flags.append(f"--plain-step-threads={len(verify_cores) + 1}")
-    return tuple(flags)
+    return _DraftSide(
+        target, args, num_draft_tokens, Placement(_draft_niceness(), draft_cores), Placement(cpus=verify_cores), served_name, verify_flags
+    )
 
 
 def split_cores(available: set[int]) -> tuple[frozenset[int], frozenset[int]] | None:
@@ -313,6 +301,7 @@ def start_all(stack: Stack, plan: UpPlan) -> None:
             *([f"--num-draft-tokens={side.num_draft_tokens}"] if side.num_draft_tokens else []),
             *({True: ["--suffix-decoding"], False: ["--no-suffix-decoding"]}.get(plan.suffix_decoding, [])),
         ],
+        placement=side.verify_placement,
         probe=verify_healthy,
     )
     _wait_healthy("verify", stack, verify_healthy)

@@ -238,9 +238,6 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     )
     verify.add_argument("--acceptance", choices=ACCEPTANCE.choices, help="default acceptance mode")
     verify.add_argument("--suffix-decoding", action=argparse.BooleanOptionalAction, help=SUFFIX_HELP)
-    verify.add_argument(
-        "--plain-step-threads", type=int, help="llama_cpp target: threads for passes of plain steps only (default: --cpu-threads)"
-    )
     gateway = serve.add_parser("gateway", help="the OpenAI-compatible HTTP gateway (default port 8000)")
     gateway.add_argument("--config", help="YAML config file (default: $SPECDEC_CONFIG)")
     gateway.add_argument("--host", help="address to bind (default 0.0.0.0)")

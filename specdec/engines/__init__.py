@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.engines.base import TargetModel
 from specdec.errors import ModelLoadError, SpecdecError
 from specdec.serving.config import ModelSection, SpecdecConfig, TargetEngine, Verification
 
-__all__ = ["EngineThreads", "TargetModel", "check_tree_support", "load_engine", "resolve_engine"]
+__all__ = ["TargetModel", "check_tree_support", "load_engine", "resolve_engine"]
 
 
 def resolve_engine(models: ModelSection, source: str) -> TargetEngine:
@@ -26,30 +25,20 @@ def resolve_engine(models: ModelSection, source: str) -> TargetEngine:
     return TargetEngine.LLAMA_CPP if Path(source).suffix == ".gguf" else TargetEngine.HF
 
 
-@dataclass(frozen=True)
-class EngineThreads:
-    """CPU threads of a target engine: `threads` for its passes; `plain_threads` for passes of plain steps
-    only, which no draft drafts beside (llama_cpp; None: `threads`). None: one per core it may run on."""
-
-    threads: int | None = None
-    plain_threads: int | None = None
-
-
-def _load_hf(source: str, models: ModelSection, threads: EngineThreads, max_sequences: int) -> TargetModel:
+def _load_hf(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
     from specdec.engines.hf import load_model
 
     return load_model(source, device=models.device, dtype=models.dtype)
 
 
-def _load_llama_cpp(source: str, models: ModelSection, threads: EngineThreads, max_sequences: int) -> TargetModel:
+def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_sequences: int) -> TargetModel:
     from specdec.engines.gguf_model import default_threads
     from specdec.engines.llama_cpp import LlamaCppSettings, load_llama_cpp_target
 
     if Path(source).suffix != ".gguf":
         raise ModelLoadError(f"{source}: the llama_cpp engine runs .gguf files (set model.target_engine: hf for this model)")
     settings = LlamaCppSettings(
-        threads=threads.threads or default_threads(),
-        plain_threads=threads.plain_threads,
+        threads=threads or default_threads(),
         context_tokens=models.target_context_tokens,
         max_sequences=max_sequences,
         device=models.device,
@@ -61,14 +50,14 @@ def _load_llama_cpp(source: str, models: ModelSection, threads: EngineThreads, m
     return load_llama_cpp_target(source, settings)
 
 
-_LOADERS: dict[TargetEngine, Callable[[str, ModelSection, EngineThreads, int], TargetModel]] = {
+_LOADERS: dict[TargetEngine, Callable[[str, ModelSection, int | None, int], TargetModel]] = {
     TargetEngine.HF: _load_hf,
     TargetEngine.LLAMA_CPP: _load_llama_cpp,
 }
 
 
 def load_engine(
-    models: ModelSection, threads: EngineThreads = EngineThreads(), max_sequences: int = 64, setting: str = "model.target_path"
+    models: ModelSection, threads: int | None = None, max_sequences: int = 64, setting: str = "model.target_path"
 ) -> TargetModel:
     """The target `models` names, run by its engine; a file it cannot load is one ModelLoadError line naming
     the setting, the file and the engine."""

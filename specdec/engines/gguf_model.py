@@ -51,7 +51,6 @@ class GgufOptions:
     threads: int
     context_tokens: int  # KV cells shared by all sequences
     max_sequences: int  # sessions open at once
-    plain_threads: int | None = None  # a pass of plain steps only: threads then (the draft's cores too); None: `threads`
     device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
     min_pass_tokens: int = 1  # 2: every pass runs the many-token kernels (batch invariance; the module's NOTE)
     prompt_cache_tokens: int = 0  # of the last finished sequence, kept for the next that starts alike (gguf_prefix.py)
@@ -130,7 +129,6 @@ class GgufModel:
         self.scratch_seq_id = self.max_sequences if padded else None  # where a short pass's padding goes
         self._extra_sequences = padded + cached
         self.context = self._new_context()
-        self._threads = options.threads
         self.memory = llama_cpp.llama_get_memory(self.context)
         self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
         self.prefixes = (
@@ -217,7 +215,6 @@ class GgufModel:
         with self._lock:
             if self.context is None:
                 raise self.options.failure(f"the gguf model {self.source} is closed")
-            self._use_threads(rows)
             for row in rows:
                 self._truncate(row.seat, row.start)
             try:
@@ -227,17 +224,6 @@ class GgufModel:
                 for row in rows:  # on failure llama.cpp may keep part of the batch: the next decode removes it
                     row.seat.length = row.start + len(row.input_ids)
         return [torch.stack(row_logits) for row_logits in logits]
-
-    def _use_threads(self, rows: list[GgufRow]) -> None:
-        # NOTE: a pass of plain steps only (one token per row, no drafted candidates) has no draft drafting
-        # beside it, so it may take the draft's cores as well. The thread count does not change llama.cpp's
-        # results (each output is one thread's whole dot product: bit-identical logits, measured), so spec
-        # on and off stay token-exact.
-        plain = self.options.plain_threads is not None and all(len(row.input_ids) == 1 for row in rows)
-        threads = self.options.plain_threads if plain else self.options.threads
-        if threads != self._threads:
-            self.lib.llama_set_n_threads(self.context, threads, threads)
-            self._threads = threads
 
     def _truncate(self, seat: Seat, start: int) -> None:
         if seat.length > start:
@@ -294,8 +280,7 @@ class GgufModel:
         cells = self.budget.capacity_tokens
         return (
             f"{size / 2**20:.1f} MiB GGUF weights, {cells} shared KV cells ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
-            f"{self.options.threads} llama.cpp threads ({self.options.plain_threads or self.options.threads} for plain steps), "
-            f"up to {self.max_sequences} sessions"
+            f"{self.options.threads} llama.cpp threads, up to {self.max_sequences} sessions"
         )
 
     @functools.lru_cache(maxsize=2)  # noqa: B019 -- one model per process, kept for its lifetime

@@ -133,7 +133,6 @@ class LlamaCppSettings:
     threads: int
     context_tokens: int
     max_sequences: int
-    plain_threads: int | None = None  # passes of plain steps only (GgufOptions.plain_threads)
     device: str = "auto"
     prompt_cache_tokens: int = 0  # engines/gguf_prefix.py
 
@@ -144,7 +143,6 @@ def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> Lla
 
     options = GgufOptions(
         threads=settings.threads,
-        plain_threads=settings.plain_threads,
         context_tokens=settings.context_tokens,
         max_sequences=settings.max_sequences,
         device=settings.device,

@@ -263,13 +263,6 @@ class VerifyServiceSection(_BatchingSection):
     )
     grace_seconds: float = Field(10.0, ge=0, description="time in-flight requests get on shutdown")
     cpu_threads: int | None = Field(None, ge=1, description="torch intra-op threads on CPU; default: torch's (one per core)")
-    plain_step_threads: int | None = Field(
-        None,
-        ge=1,
-        le=256,
-        description="llama_cpp target: threads for a pass of plain steps only (no draft drafts beside it); "
-        "default: cpu_threads. `specdec up` sets it to every core where the draft has one of its own",
-    )
     load_aware_speculation: bool = Field(True, description="no drafting at loads where it measurably delivers fewer tokens/s")
     load_window_s: float = Field(2.0, gt=0, description="length of the load-aware policy's measurement windows")
     stream_idle_timeout_s: float = Field(

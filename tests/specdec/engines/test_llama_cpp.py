@@ -54,29 +54,6 @@ def test_a_positions_logits_are_bit_identical_alone_in_a_verify_pass_and_beside_
     assert torch.equal(logits["prefix, one output"], logits["prefix, three outputs"])
 
 
-def test_plain_step_passes_take_their_own_thread_count_and_give_the_same_logits(tiny_ggufs, tiny_llama_cpp_target):
-    """A pass of one-token rows (no drafted candidates) runs on `plain_threads`, a verify pass on `threads`; the
-    logits are bit-identical to the one-thread engine's either way, so spec on and off stay token-exact."""
-    two_for_plain = load_llama_cpp_target(tiny_ggufs.target, plain_threads=2)
-    try:
-        gguf, lib = two_for_plain.gguf, two_for_plain.gguf.lib
-        seat = gguf.take_seat(128, 1)
-        try:
-            gguf.decode([GgufRow(seat, PREFIX, 0, 1)])
-            assert lib.llama_n_threads(gguf.context) == 1, "a prompt's pass is not a plain step"
-            gguf.decode([GgufRow(seat, NEXT[:1], 55, 1)])
-            assert lib.llama_n_threads(gguf.context) == 2, "a plain step runs on plain_threads"
-            gguf.decode([GgufRow(seat, NEXT, 55, 5)])
-            assert lib.llama_n_threads(gguf.context) == 1, "a verify pass runs on threads"
-        finally:
-            gguf.release(seat)
-        logits, reference = _position_logits(gguf), _position_logits(tiny_llama_cpp_target.gguf)
-        for name, value in reference.items():
-            assert torch.equal(logits[name], value), name
-    finally:
-        two_for_plain.close()
-
-
 def test_negative_control_unpadded_one_token_passes_are_not_bit_identical(tiny_gguf_target):
     # A draft's model (min_pass_tokens 1): llama.cpp's one-token kernels round differently.
     logits = _position_logits(tiny_gguf_target)
