@@ -49,9 +49,12 @@ def overloaded(message: str, retry_after_s: float) -> OpenAIError:
     )
 
 
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that closed the connection: logged and counted, read by nobody
+
+
 def client_gone() -> OpenAIError:
-    """The client closed the connection before its answer (nginx's 499): logged and counted, read by nobody."""
-    return OpenAIError(499, "the client closed the connection before the answer was ready", "client_closed_request")
+    """The client closed the connection before its answer."""
+    return OpenAIError(CLIENT_CLOSED_REQUEST, "the client closed the connection before the answer was ready", "client_closed_request")
 
 
 def unavailable(message: str) -> OpenAIError:

@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.choices import Choice, Completion, round_provenance, speculative, sse, usage
-from gateway.errors import OpenAIError
+from gateway.errors import CLIENT_CLOSED_REQUEST, OpenAIError
 from gateway.tool_calls import OutputDelta
 from specdec.v1 import verify_pb2
 
@@ -25,7 +25,7 @@ async def stream_events(completion: Completion, opened: list, finish: Callable) 
     queue: asyncio.Queue = asyncio.Queue()
     choices = [completion.new_choice(index) for index in range(len(opened))]
     pumps = [asyncio.create_task(_pump(index, first, rest, queue)) for index, (first, rest) in enumerate(opened)]
-    status = 499  # the client closed the connection, unless the stream ends otherwise
+    status = CLIENT_CLOSED_REQUEST  # unless the stream ends otherwise
     prompt_tokens = opened[0][0].usage.prompt_tokens
     try:
         if completion.chat:
