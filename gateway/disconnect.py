@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -17,6 +18,7 @@ from fastapi import Request
 from gateway.errors import client_gone
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 async def unless_client_leaves(http: Request, work: Awaitable[T]) -> T:
@@ -26,6 +28,10 @@ async def unless_client_leaves(http: Request, work: Awaitable[T]) -> T:
     left = asyncio.ensure_future(_client_left(http))
     try:
         done, _ = await asyncio.wait({job, left}, return_when=asyncio.FIRST_COMPLETED)
+        if job not in done and left.exception() is not None:
+            # NOTE: a watcher that fails is not a disconnect: the request is served (its timeouts still bound it).
+            log.warning("cannot watch for the client's disconnect: %r", left.exception())
+            done, _ = await asyncio.wait({job})
     finally:
         left.cancel()
         if not job.done():  # the client left, or this handler itself is cancelled (shutdown)

@@ -57,6 +57,14 @@ def test_a_client_that_leaves_cancels_the_work_and_gets_a_499():
     assert cleaned_up == [True], "the work's cleanup ran before the 499"
 
 
+def test_a_watcher_that_fails_is_not_a_disconnect():
+    class BrokenHttp:
+        async def receive(self) -> dict:
+            raise RuntimeError("Unexpected message received: http.request")
+
+    assert asyncio.run(unless_client_leaves(BrokenHttp(), asyncio.sleep(0.05, result="answer"))) == "answer"
+
+
 def test_a_cancelled_handler_cancels_its_work():
     started, cancelled = asyncio.Event(), []
 
