@@ -117,17 +117,48 @@ def test_negative_control_without_the_cold_window_the_policy_learns_from_it():
     assert service.policy.rates(1)[True] == pytest.approx(100, rel=0.05)
 
 
-def test_a_small_loss_does_not_switch_a_drafting_service_off():
-    # Within the margin: windows at low load differ by more than this from noise alone.
+def test_a_small_loss_at_the_first_comparison_is_enough_for_plain_steps():
+    # No incumbent: drafting 5% slower (4 and 8 sessions on a 2-core CPU) must not keep drafting.
     service = _Service({(True, 1): 190, (False, 1): 200})
+    service.run(10)
+    modes = service.run(40)
+    assert sum(modes) / len(modes) < 0.3
+
+
+def test_a_small_loss_does_not_switch_a_drafting_service_off():
+    # Once chosen, within the margin: windows at low load differ by more than this from noise alone.
+    service = _Service({(True, 1): 200, (False, 1): 100})
+    service.run(20)
+    service.rate = {(True, 1): 190, (False, 1): 200}
     modes = service.run(40)
     assert sum(modes) / len(modes) > 0.7
 
 
 def test_negative_control_a_loss_beyond_the_margin_does():
-    service = _Service({(True, 1): 150, (False, 1): 200})
+    service = _Service({(True, 1): 200, (False, 1): 100})
+    service.run(20)
+    service.rate = {(True, 1): 150, (False, 1): 200}
     modes = service.run(40)
-    assert sum(modes) / len(modes) < 0.3
+    assert sum(modes[-400:]) / 400 < 0.3
+
+
+def _first_drafting_window(modes: list[bool], rounds: int = 20) -> int:
+    """The round at which the first whole drafting window (not a probe's 8 rounds) starts."""
+    return next(index for index in range(len(modes)) if all(modes[index : index + rounds]))
+
+
+def test_a_probe_that_finds_drafting_faster_is_followed_by_another_at_once():
+    # Plain steps won 2:1 for a long time (a synthetic load test), explorations backed off to 1 window in 16;
+    # then chat, where drafting wins by 25%: the first probe moves the average but not past the margin.
+    # The next probe comes a window later, not 16: drafting is back within two explorations' time.
+    service = _Service({(True, 1): 100, (False, 1): 200})
+    service.run(120)
+    assert service.policy.buckets[1].explore_interval == 16
+    service.rate = {(True, 1): 250, (False, 1): 200}
+    modes = service.run(60)
+    first_probe = modes.index(True)
+    assert _first_drafting_window(modes) - first_probe < 5 * 20  # the old rule: 16 windows of 20 rounds later
+    assert sum(modes[-400:]) / 400 > 0.7
 
 
 @pytest.mark.parametrize("tail_s, closes", [(0.15, False), (0.5, True)])  # 3 rounds wait; 10 (negative control) close
