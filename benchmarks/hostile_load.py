@@ -5,7 +5,8 @@
     python benchmarks/hostile_load.py --hostile-nice 19            # hostile clients at the lowest CPU priority
     python benchmarks/hostile_load.py --hostile agent              # agent cases: pathological schemas, big tool lists, big gRPC grammars
 
-Starts the stack as `specdec up` does (loopback.py). Two phases of --duration seconds each: a baseline,
+Starts the stack as `specdec up` does (loopback.py). Two phases of --duration seconds each, `--rounds` times
+alternately (the latencies of each kind of phase pooled, so drift on a shared host falls on both): a baseline,
 then the same with --hostile-clients clients looping chat prompts just under the gateway's 4 MiB body
 limit (max_tokens 4), or with --hostile agent the agent cases of hostile_agents.py (each hostile client
 loops the HTTP ones, and one more sends big grammars straight to verify and the draft over gRPC). In both
@@ -104,6 +105,7 @@ async def _phase(
     seconds = sum(count for outcome, count in hostile.items() if outcome.endswith("_seconds"))
     cpu = {name: round(seconds - cpu_before[name], 2) for name, seconds in services.cpu_seconds().items()}
     return {
+        "latencies_s": latencies,  # pooled across rounds by `_pool`, then dropped
         "small_requests": percentiles(latencies),
         "ready": dict(ready),
         "service_cpu_s": cpu,
@@ -115,15 +117,37 @@ async def _phase(
     }
 
 
+def _pool(phases: list[dict]) -> dict:
+    """One kind of phase over the rounds: latencies pooled, counts summed, each round's p99 kept."""
+    latencies = [value for phase in phases for value in phase["latencies_s"]]
+    counters = {key: collections.Counter() for key in ("ready", "service_cpu_s", "hostile")}
+    for phase in phases:
+        for key, counter in counters.items():
+            counter.update(phase[key])
+    answered = sum(count for outcome, count in counters["hostile"].items() if not outcome.endswith("_seconds"))
+    seconds = sum(count for outcome, count in counters["hostile"].items() if outcome.endswith("_seconds"))
+    return {
+        "small_requests": percentiles(latencies),
+        "p99_ms_per_round": [phase["small_requests"].get("p99_ms") for phase in phases],
+        "ready": dict(counters["ready"]),
+        "service_cpu_s": {name: round(value, 2) for name, value in counters["service_cpu_s"].items()},
+        "hostile": dict(counters["hostile"]),
+        "hostile_mean_s": round(seconds / answered, 3) if answered else None,
+        "problems": [problem for phase in phases for problem in phase["problems"]],
+    }
+
+
 def run(args: argparse.Namespace) -> dict:
     body = oversized_body(args.prompt_bytes) if args.hostile == "oversized" else None
+    cases = frozenset(args.agent_cases.split(","))
+    baselines, hostiles = [], []
     with loopback_stack(args.target, args.draft) as services:
         httpx.post(f"{services.url}/v1/chat/completions", json=SMALL, timeout=120).raise_for_status()  # warm up
-        baseline = asyncio.run(_phase(services, args.duration, 0, body))
-        hostile = asyncio.run(
-            _phase(services, args.duration, args.hostile_clients, body, args.hostile_nice, frozenset(args.agent_cases.split(",")))
-        )
+        for _ in range(args.rounds):
+            baselines.append(asyncio.run(_phase(services, args.duration, 0, body)))
+            hostiles.append(asyncio.run(_phase(services, args.duration, args.hostile_clients, body, args.hostile_nice, cases)))
         sessions_after = services.wait_idle()
+    baseline, hostile = _pool(baselines), _pool(hostiles)
     problems = (
         baseline["problems"]
         + hostile["problems"]
@@ -136,6 +160,8 @@ def run(args: argparse.Namespace) -> dict:
         "hostile_clients": args.hostile_clients,
         "hostile_nice": args.hostile_nice,
         "duration_s": args.duration,
+        "rounds": args.rounds,
+        "p99_ratio": _ratio(hostile, baseline),
         "baseline": baseline,
         "under_hostile_load": hostile,
         "sessions_after": sessions_after,
@@ -144,9 +170,15 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def _ratio(hostile: dict, baseline: dict) -> float | None:
+    under, alone = hostile["small_requests"].get("p99_ms"), baseline["small_requests"].get("p99_ms")
+    return round(under / alone, 2) if under and alone else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per phase")
+    parser.add_argument("--rounds", type=int, default=1, help="baseline and hostile phases, alternately, this many times each")
     parser.add_argument("--hostile-clients", type=int, default=2)
     parser.add_argument(
         "--hostile",

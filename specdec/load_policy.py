@@ -25,11 +25,12 @@ NOTE: a service's first measured window is a cold start (first kernels, lazily b
 draft's weights not yet in cache) and measures nothing. A window lasts until it has `_MIN_ROUNDS`
 rounds in its mode (rates are per round time, so it may span idle gaps): at low load a window that
 caught the last round or two of a request is noise, not a measurement. The mode in use changes only when the other
-wins by `_SWITCH_MARGIN`: single windows at low load differ by more than a draft's gain. The first
-choice at a load has no incumbent and goes to whichever mode measured faster: a margin in drafting's
-favour kept drafting wherever it lost by less than the margin (0.94-0.97x of plain steps at 4 and 8
-sessions on a 2-core CPU), and a wrong first choice is undone after the next exploration, which comes
-a window after a probe found the other mode faster.
+wins by `_SWITCH_MARGIN`: single windows at low load differ by more than a draft's gain. The incumbent
+at a load not yet compared is the mode other loads imply (`_implied_mode`), else none: the first choice
+then waits for `_FIRST_SAMPLES` pairs of windows and goes to whichever mode measured faster. A margin in
+drafting's favour there kept drafting wherever it lost by less than the margin (0.84-0.97x of plain steps
+at 4 and 8 sessions on a 2-core CPU). A wrong choice is undone after the next exploration, which comes a
+window after a probe found the other mode faster.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ _RATE_SMOOTHING = 0.5
 _MAX_EXPLORE_BACKOFF = 4
 _SWITCH_MARGIN = 0.1  # log ratio (about 10%) the other mode must win by before the policy switches to it
 _MIN_ROUNDS = 8  # rounds in its mode before a window closes (unless it saw no round at all)
+# Pairs of adjacent windows before the first choice at a load: one pair at 8 sessions read drafting even with
+# plain steps where it was 25% slower (the first windows of a burst), and that choice held for a dozen windows.
+_FIRST_SAMPLES = 2
 
 
 @dataclass
@@ -81,7 +85,8 @@ class _BucketStats:
     log_gain: float | None = None  # moving average of log(drafting rate / plain rate) over adjacent windows
     windows_since_explore: int = 0
     explore_interval: int = 0  # windows between explorations; 0: the policy's base
-    best: bool | None = None  # the mode chosen last
+    best: bool | None = None  # the mode chosen last (before a choice here: the one implied by other loads, if any)
+    samples: int = 0  # pairs of adjacent windows folded into log_gain
     explored: bool = False  # the window now closing ran the other mode
     last_sample: float | None = None  # the log gain of the last pair of adjacent windows, until a choice reads it
 
@@ -149,14 +154,14 @@ class LoadAwareSpeculation:
 
     def _close_window(self, now: float, explore: bool = True) -> None:
         window = self._window
-        stats = self.buckets.setdefault(window.load_bucket, _BucketStats())
+        stats = self._stats_for(window.load_bucket)
         if not self._warm:
             self._warm = window.rate(True) is not None or window.rate(False) is not None
         else:
             self._fold_rates(window, stats)
             self._compare_with_last(window, stats)
         bucket = load_bucket(max(1, self.load()))
-        self._window = self._next_window(self.buckets.setdefault(bucket, _BucketStats()), bucket, now, explore)
+        self._window = self._next_window(self._stats_for(bucket), bucket, now, explore)
         log.debug(
             "load-aware policy: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
             "drafting" if window.drafting else "plain",
@@ -168,7 +173,7 @@ class LoadAwareSpeculation:
         )
 
     def _next_window(self, stats: _BucketStats, bucket: int, now: float, explore: bool) -> _Window:
-        drafting = self._next_mode(stats, explore)
+        drafting = self._next_mode(stats, bucket, explore)
         if drafting == (stats.best if stats.best is not None else True):
             return _Window(drafting, bucket, now, self.window_s)
         # NOTE: a probe of the mode the policy does not run (plain steps, until drafting has lost) lasts its
@@ -194,7 +199,23 @@ class LoadAwareSpeculation:
         drafting_rate, plain_rate = (measured.rate, last.rate) if measured.drafting else (last.rate, measured.rate)
         sample = math.log(drafting_rate / plain_rate)
         stats.last_sample = sample
+        stats.samples += 1
         stats.log_gain = sample if stats.log_gain is None else stats.log_gain + _RATE_SMOOTHING * (sample - stats.log_gain)
+
+    def _stats_for(self, bucket: int) -> _BucketStats:
+        if bucket not in self.buckets:
+            self.buckets[bucket] = _BucketStats(best=self._implied_mode(bucket))
+        return self.buckets[bucket]
+
+    def _implied_mode(self, bucket: int) -> bool | None:
+        """The mode a load not yet compared starts in. NOTE: drafting's cost grows with the load (each drafted
+        token is work a batched pass must do): where it lost at a lower load it starts off, where it won at a
+        higher load it starts on; either must still win by the margin to keep its place."""
+        if any(stats.best is False for other, stats in self.buckets.items() if other < bucket):
+            return False
+        if any(stats.best is True for other, stats in self.buckets.items() if other > bucket):
+            return True
+        return None
 
     @staticmethod
     def _best_mode(stats: _BucketStats) -> bool:
@@ -204,13 +225,15 @@ class LoadAwareSpeculation:
         # Hysteresis: plain steps only where drafting loses by the margin, drafting again only where it wins by it.
         return stats.log_gain > _SWITCH_MARGIN if stats.best is False else stats.log_gain >= -_SWITCH_MARGIN
 
-    def _next_mode(self, stats: _BucketStats, explore: bool = True) -> bool:
-        """The mode of the next window at this load; `explore`: this window counts towards the next exploration
+    def _next_mode(self, stats: _BucketStats, bucket: int, explore: bool = True) -> bool:
+        """The mode of the next window at load `bucket`; `explore`: this window counts towards the next exploration
         (a window cut short by a change of load does not, or a flapping load would explore at every change)."""
-        if stats.log_gain is None:
-            # No comparison at this load yet: draft first (also after an idle start), then alternate
-            # until two adjacent windows have measured both modes.
-            return self._last is None or not self._last.drafting
+        if stats.samples < _FIRST_SAMPLES:
+            # No choice at this load yet: alternate, starting with the incumbent (drafting, unless other loads
+            # imply otherwise), until pairs of adjacent windows have measured both modes.
+            if self._last is None or self._last.load_bucket != bucket:
+                return stats.best if stats.best is not None else True
+            return not self._last.drafting
         best = self._best_mode(stats)
         interval = stats.explore_interval or self.explore_every
         sample, stats.last_sample = stats.last_sample, None
