@@ -53,7 +53,8 @@ class DraftServer:
     async def stop(self, grace: float = 5.0) -> None:
         await set_serving(self.health, SERVICE_NAMES, False)
         await self.server.stop(grace)
-        self.servicer.executor.shutdown(wait=False, cancel_futures=True)
+        for executor in (self.servicer.executor, self.servicer.grammar_prep):
+            executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _load(config: SpecdecConfig) -> LoadedDrafter:

@@ -23,6 +23,7 @@ from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
 from specdec.limits import MAX_DRAFT_TOKENS, MAX_VOCAB_SIZE
 from specdec.model_services.blocks import block_to_proto, penalties_from_proto, sampling_from_proto
 from specdec.model_services.device_metrics import track_cuda
+from specdec.serving.background import background_executor
 from specdec.serving.metrics import DraftMetrics
 from specdec.serving.pacing import KeyedRefusalPacing
 from specdec.serving.rpc.convert import acceptance_from_proto, vocab_fingerprint
@@ -68,7 +69,8 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         self.streams = StreamGate(open_timeout_s, max_sessions, "draft_service")
         self.executor = ThreadPoolExecutor(max_workers=min(32, max_sessions), thread_name_prefix="draft")
         self._status: dict = {}
-        self.grammar_setups = asyncio.Semaphore(1)
+        # Grammar matchers are built one at a time, at a lower priority than drafting (seconds for a large one).
+        self.grammar_prep = background_executor("draft-grammar")
         self.refused_grammars = KeyedRefusalPacing(REFUSED_GRAMMARS_PER_S)
 
     def set_drafter(self, loaded: LoadedDrafter) -> None:
@@ -125,8 +127,7 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
             check_grammar_size(message.open.grammar, "open.grammar")  # the cheap limit first, before any grammar work
             # NOTE: in a worker, one at a time: building a grammar's matcher over the draft's vocabulary can take seconds.
             if message.open.grammar:
-                async with self.grammar_setups:
-                    request = await self._run(self._draft_request, message.open, sequence)
+                request = await run_in_thread(self.grammar_prep, self._draft_request, message.open, sequence)
             else:
                 request = await self._run(self._draft_request, message.open, sequence)
             return OverlappedDraftSession(await self._run(self.loaded.drafter.open, request), request.draft_ahead_tokens)

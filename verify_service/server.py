@@ -85,7 +85,7 @@ class VerifyServer:
         await self.server.stop(grace)
         if self.draft_channel is not None:
             await self.draft_channel.close()
-        for executor in (self.servicer.executor, self.servicer.prep):
+        for executor in (self.servicer.executor, self.servicer.prep, self.servicer.heavy_prep):
             executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -24,6 +24,7 @@ from specdec.model_services.device_metrics import track_cuda
 from specdec.output import GenerationChunk
 from specdec.prompts import max_prompt_chars
 from specdec.request import GenerationStats
+from specdec.serving.background import background_executor
 from specdec.serving.config import SpecdecConfig
 from specdec.serving.metrics import VerifyMetrics
 from specdec.serving.pacing import KeyedRefusalPacing
@@ -66,8 +67,9 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         self.executor = ThreadPoolExecutor(max_workers=min(32, settings.max_sessions), thread_name_prefix="verify")
         self.prep = ThreadPoolExecutor(max_workers=PREP_WORKERS, thread_name_prefix="verify-prep")
         self.streams = StreamGate(settings.stream_idle_timeout_s, settings.max_unopened_streams_per_peer, "verify_service")
-        # Long prompts and grammars are prepared one at a time: short plain requests always find a free prep worker.
-        self.heavy_setups = asyncio.Semaphore(1)
+        # Long prompts and grammars are prepared one at a time, at a lower priority: short plain requests always
+        # find a free prep worker, and the passes on verify's core go first.
+        self.heavy_prep = background_executor("verify-heavy-prep")
         self.oversized = KeyedRefusalPacing(OVERSIZED_REFUSALS_PER_S)
         self.max_prompt_chars = 0  # set with the target
 
@@ -103,8 +105,7 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             prepare = functools.partial(generation_request, options, target, self.config, **fields)
             if characters < LARGE_PROMPT_CHARS and not options.grammar:
                 return await run_in_thread(self.prep, prepare)
-            async with self.heavy_setups:
-                return await run_in_thread(self.prep, prepare)
+            return await run_in_thread(self.heavy_prep, prepare)
         except Exception as error:  # noqa: BLE001 -- mapped to a status by the one handler
             await abort_for(context, error)
 
