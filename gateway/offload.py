@@ -20,12 +20,13 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TypeVar
 
 from gateway.errors import OpenAIError, overloaded
+from specdec.serving.background import BACKGROUND_NICENESS
 
 log = logging.getLogger(__name__)
 # At most half the host's cores: what a stream of pathological schemas can take from serving.
 CHECK_WORKERS = max(1, min(2, (os.cpu_count() or 2) // 2))
 MAX_WAITING_CHECKS = 16
-WORKER_NICENESS = 10
+WORKER_NICENESS = BACKGROUND_NICENESS  # as the services' heavy-work threads run
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 Result = TypeVar("Result")

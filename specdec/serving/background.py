@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
 
-BACKGROUND_NICENESS = 10  # added to the process's: what the gateway's check worker processes run at
+BACKGROUND_NICENESS = 10  # added to the process's; the gateway's check worker processes run at it too
 _MAX_NICENESS = 19
 
 

@@ -7,22 +7,21 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from specdec.serving.background import BACKGROUND_NICENESS, background_executor
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="niceness is per thread on Linux only")
+# Niceness is per thread on Linux only: elsewhere the threads keep the process's priority (documented no-op).
+LOWERS = sys.platform.startswith("linux")
 
 
 def _own_niceness() -> int:
-    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id() if LOWERS else 0)
 
 
 def test_background_threads_run_below_the_callers_priority_and_leave_it_alone():
     before = _own_niceness()
     with background_executor("test-background") as executor:
         worker = executor.submit(_own_niceness).result()
-    assert worker == min(19, before + BACKGROUND_NICENESS)
+    assert worker == (min(19, before + BACKGROUND_NICENESS) if LOWERS else before)
     assert _own_niceness() == before
 
 
