@@ -281,13 +281,31 @@ def test_a_load_above_one_where_drafting_lost_starts_in_plain_steps():
     assert service.policy.buckets[8].best is False
 
 
-def test_negative_control_a_load_without_history_below_starts_drafting():
+def test_a_load_above_one_without_history_starts_in_plain_steps_and_probes_drafting():
     service = _Service({(True, 8): 60, (False, 8): 100})
     service.load = 8
     service.policy._window.load_bucket = 8
     service.run(1.0)  # the cold window
+    assert service.run(1.0).count(False) >= 19  # plain steps run the whole window: drafting's cost grows with the load
+    assert service.policy.buckets[8].best is None  # nothing implied it: the first choice is still to be measured
+    assert True in service.run(20.0)  # drafting probed
+    assert service.policy.buckets[8].best is False
+
+
+def test_drafting_that_wins_at_a_load_above_one_is_chosen_there():
+    service = _Service({(True, 8): 150, (False, 8): 100})
+    service.load = 8
+    service.policy._window.load_bucket = 8
+    service.run(20.0)
+    assert service.policy.buckets[8].best is True
+    modes = service.run(20.0)
+    assert modes.count(True) > 0.7 * len(modes)
+
+
+def test_negative_control_one_session_without_history_starts_drafting():
+    service = _Service({(True, 1): 60, (False, 1): 100})
+    service.run(1.0)  # the cold window
     assert service.run(1.0).count(True) >= 19
-    assert service.policy.buckets[8].best is None
 
 
 class _MisleadingStart(_Service):
