@@ -123,7 +123,8 @@ class SpeculativeGenerator:
         policy = self._policy_for(request)
         # NOTE: round 0 never drafts (nor asks the policy): the first token comes from the target's prefill
         # and streams at once; a draft service prefills (and drafts ahead, DraftRequest.draft_ahead_tokens) meanwhile.
-        policy_drafting = index > 0 and (policy is None or policy.drafting_allowed())
+        sampled = not request.sampling.is_greedy
+        policy_drafting = index > 0 and (policy is None or policy.drafting_allowed(sampled))
         budget = target.draft_budget(self.suffix.settings.draft_tokens if self.suffix is not None else 0) if policy_drafting else 0
         block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
@@ -134,7 +135,7 @@ class SpeculativeGenerator:
             # prefills, and a draft catching up on the tokens of its plain rounds (for a draft as deep as the
             # target, as long as a prefill). Only rounds in the mode of the round before measure the mode.
             if draft.last_mode == policy_drafting:
-                policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
+                policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started, sampled)
             draft.last_mode = policy_drafting
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         drafter = block.candidate_sources()[0].value if len(block) else None
@@ -186,7 +187,7 @@ class SpeculativeGenerator:
         """Candidates the draft may prepare while the target decodes the first token: none for trees
         (overlap drafts chains), nor when the load policy has drafting off."""
         policy = self._policy_for(request)
-        if request.tree is not None or not (policy is None or policy.drafting_allowed()):
+        if request.tree is not None or not (policy is None or policy.drafting_allowed(not request.sampling.is_greedy)):
             return 0
         return min(request.num_draft_tokens, max(0, request.max_tokens - 2))
 

@@ -286,20 +286,21 @@ def gateway_url(verify_server):
 
 @pytest.fixture
 def load_policy_decided_off():
-    """A factory of real load-aware policies that measured drafting 4x slower (two pairs of windows, as the
-    first choice needs) and run plain steps (their clocks then stand still, so they stay off). The first
-    window is the cold start they ignore."""
+    """A factory of real load-aware policies that measured drafting 4x slower for greedy and sampled requests
+    (two pairs of windows each, as the first choice needs) and run plain steps (their clocks then stand still,
+    so they stay off). The first window of each is the cold start it ignores."""
     from specdec.load_policy import LoadAwareSpeculation
 
     def make() -> LoadAwareSpeculation:
         now = [0.0]
         policy = LoadAwareSpeculation(lambda: 1, window_s=1.0, clock=lambda: now[0])
-        for drafting, tokens in ((True, 1), (True, 10), (False, 40), (True, 10)):
-            assert policy.drafting_allowed() is drafting
-            for _ in range(8):  # enough rounds for a window to measure
-                policy.record_round(drafting, tokens, 0.125)
-            now[0] += 1.0
-        assert not policy.drafting_allowed() and policy.buckets[1].log_gain < 0
+        for sampled in LoadAwareSpeculation.KINDS:
+            for drafting, tokens in ((True, 1), (True, 10), (False, 40), (True, 10)):
+                assert policy.drafting_allowed(sampled) is drafting
+                for _ in range(8):  # enough rounds for a window to measure
+                    policy.record_round(drafting, tokens, 0.125, sampled)
+                now[0] += 1.0
+            assert not policy.drafting_allowed(sampled) and policy.kinds[sampled].buckets[1].log_gain < 0
         return policy
 
     return make

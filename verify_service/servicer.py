@@ -85,7 +85,8 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
         settings = self.config.verify_service
         if settings.load_aware_speculation:
             self.load_policy = LoadAwareSpeculation(lambda: self.sessions.active, settings.load_window_s)
-            self.metrics.load_policy_drafting.set_function(lambda: float(self.load_policy.drafting))
+            for sampled, kind in LoadAwareSpeculation.KINDS.items():
+                self.metrics.load_policy_drafting.labels(requests=kind).set_function(functools.partial(self.load_policy.drafting, sampled))
         self.target = target
 
     async def _run(self, function, *args):

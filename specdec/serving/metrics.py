@@ -165,7 +165,8 @@ class VerifyMetrics(ModelServiceMetrics):
         )
         self.load_policy_drafting = Gauge(
             "specdec_load_policy_drafting",
-            "1 while the load-aware policy lets sessions draft, 0 while it runs plain target steps",
+            "1 while the load-aware policy lets sessions of a kind (greedy, sampled) draft, 0 while it runs plain target steps",
+            ["requests"],
             registry=registry,
         )
 

@@ -169,13 +169,15 @@ class _ScriptedPolicy:
     """A load-aware policy whose mode per round is scripted; it records what the loop measures."""
 
     def __init__(self, modes: list[bool]) -> None:
-        self.modes, self.recorded = iter(modes), []
+        self.modes, self.recorded, self.kinds = iter(modes), [], set()
 
-    def drafting_allowed(self) -> bool:
+    def drafting_allowed(self, sampled: bool) -> bool:
+        self.kinds.add(sampled)
         return next(self.modes)
 
-    def record_round(self, drafting: bool, num_tokens: int, seconds: float) -> None:
+    def record_round(self, drafting: bool, num_tokens: int, seconds: float, sampled: bool) -> None:
         self.recorded.append(drafting)
+        self.kinds.add(sampled)
 
 
 def test_the_load_policy_measures_only_rounds_in_the_mode_of_the_round_before(tiny_target, drafters, prompt_ids):
@@ -188,6 +190,7 @@ def test_the_load_policy_measures_only_rounds_in_the_mode_of_the_round_before(ti
         pass
     # A session's first rounds (prefills) and its first after a switch (a draft catching up) are one-off costs.
     assert policy.recorded == [True, False, True]
+    assert policy.kinds == {False}  # a greedy request: asked and measured as one
 
 
 def test_a_failing_drafter_falls_back_to_target_only_and_completes(tiny_target, drafters, prompt_ids):

@@ -146,7 +146,9 @@ def test_load_aware_speculation_switches_modes_without_changing_outputs(batched_
     requests = _requests("coupled")
     alone = [client.generate(**settings).token_ids for settings in requests[:4]]
     assert _run_together(client, requests[:4]) == alone
-    policy = verify.servicer.load_policy
+    policy = verify.servicer.load_policy.kinds[True]  # the requests are sampled (coupled)
     measured = {mode for load in (1, 2, 4) for mode in policy.rates(load)}
     assert measured == {True, False}  # both modes ran and were timed
-    assert verify.servicer.metrics.registry.get_sample_value("specdec_load_policy_drafting") in (0.0, 1.0)
+    registry = verify.servicer.metrics.registry
+    assert registry.get_sample_value("specdec_load_policy_drafting", {"requests": "sampled"}) == float(policy.drafting)
+    assert registry.get_sample_value("specdec_load_policy_drafting", {"requests": "greedy"}) == 1.0  # no greedy request ran

@@ -39,7 +39,7 @@ def _switch_drafting_off(url: str, verify) -> None:
     """Default ("auto") requests until the load-aware policy has measured drafting as slower and stopped it."""
     body = {"model": "target", "messages": [{"role": "user", "content": "Tell me about the sea."}], "max_tokens": 24, "temperature": 0}
     deadline = time.monotonic() + 90
-    policy = verify.servicer.load_policy
+    policy = verify.servicer.load_policy.kinds[False]  # greedy requests'
     # NOTE: off by decision (drafting measured slower), not while alternating before the first comparison.
     while policy.drafting or (policy.buckets[1].log_gain if 1 in policy.buckets else None) is None:
         assert time.monotonic() < deadline, "the load-aware policy never switched drafting off on the tiny pair"
@@ -53,7 +53,7 @@ def test_passes_and_every_on_request_drafts_where_the_load_aware_policy_stopped_
     gateway = make_gateway(verify_endpoint=f"127.0.0.1:{verify.port}")
     _switch_drafting_off(gateway.url, verify)
     registry = verify.servicer.metrics.registry
-    assert registry.get_sample_value("specdec_load_policy_drafting") == 0.0
+    assert registry.get_sample_value("specdec_load_policy_drafting", {"requests": "greedy"}) == 0.0
     before = _counters(verify)
     results = run(gateway.url, None, None, prompts=3, max_tokens=12, samples=150)
     assert [r.passed for r in results] == [True, True, True], [(r.name, r.detail) for r in results]
@@ -65,7 +65,7 @@ def test_passes_and_every_on_request_drafts_where_the_load_aware_policy_stopped_
     assert after["always undrafted"] == before["always undrafted"] and after["auto"] == before["auto"]
     assert after["draft tokens"] - before["draft tokens"] == sum(r.drafting.draft_tokens for r in results)
     assert after["accepted tokens"] - before["accepted tokens"] == sum(r.drafting.accepted_tokens for r in results) > 0
-    assert registry.get_sample_value("specdec_load_policy_drafting") == 0.0  # still off: the checks went around it
+    assert registry.get_sample_value("specdec_load_policy_drafting", {"requests": "greedy"}) == 0.0  # still off: the checks went around it
 
 
 def test_fails_saying_why_when_the_draft_service_is_down(make_verify_server, make_gateway, tiny_target, capsys):
