@@ -123,7 +123,7 @@ class LoadAwareSpeculation:
     def __init__(
         self, load: Callable[[], int], window_s: float = 2.0, explore_every: int = 6, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.kinds = {sampled: KindPolicy(load, window_s, explore_every, clock) for sampled in self.KINDS}
+        self.kinds = {sampled: KindPolicy(load, window_s, explore_every, clock, name) for sampled, name in self.KINDS.items()}
 
     def drafting_allowed(self, sampled: bool = False) -> bool:
         """Whether a session of this kind drafts this round (called by each session before each round)."""
@@ -139,7 +139,10 @@ class LoadAwareSpeculation:
 class KindPolicy:
     """Drafting or plain steps for one kind of request, per load level (the module's docstring)."""
 
-    def __init__(self, load: Callable[[], int], window_s: float, explore_every: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, load: Callable[[], int], window_s: float, explore_every: int, clock: Callable[[], float], name: str = "greedy"
+    ) -> None:
+        self.name = name  # the kind of request, for the log
         self.load = load  # open sessions now
         self.window_s = window_s
         self.explore_every = explore_every
@@ -191,7 +194,8 @@ class KindPolicy:
         bucket = load_bucket(max(1, self.load()))
         self._window = self._next_window(self._stats_for(bucket), bucket, now, explore)
         log.debug(
-            "load-aware policy: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
+            "load-aware policy, %s requests: %s window at load <= %d: %s tok/s; log gain %s; next: %s at load <= %d",
+            self.name,
             "drafting" if window.drafting else "plain",
             window.load_bucket,
             window.rate(window.drafting),
