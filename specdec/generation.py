@@ -20,7 +20,7 @@ from specdec.drafters.suffix import with_suffix
 from specdec.engines.hf import LoadedModel
 from specdec.enums import SpeculationPolicy, TokenSource
 from specdec.errors import DraftUnavailableError
-from specdec.load_policy import LoadAwareSpeculation
+from specdec.load_policy import KindPolicy, LoadAwareSpeculation
 from specdec.output import GenerationChunk
 from specdec.request import GenerationRequest, GenerationStats
 
@@ -123,8 +123,7 @@ class SpeculativeGenerator:
         policy = self._policy_for(request)
         # NOTE: round 0 never drafts (nor asks the policy): the first token comes from the target's prefill
         # and streams at once; a draft service prefills (and drafts ahead, DraftRequest.draft_ahead_tokens) meanwhile.
-        sampled = not request.sampling.is_greedy
-        policy_drafting = index > 0 and (policy is None or policy.drafting_allowed(sampled))
+        policy_drafting = index > 0 and (policy is None or policy.drafting_allowed())
         budget = target.draft_budget(self.suffix.settings.draft_tokens if self.suffix is not None else 0) if policy_drafting else 0
         block = draft.propose(budget)
         drafting = draft.session is not None  # not target-only, and the drafter did not just fail
@@ -135,7 +134,7 @@ class SpeculativeGenerator:
             # prefills, and a draft catching up on the tokens of its plain rounds (for a draft as deep as the
             # target, as long as a prefill). Only rounds in the mode of the round before measure the mode.
             if draft.last_mode == policy_drafting:
-                policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started, sampled)
+                policy.record_round(policy_drafting, len(chunk.token_ids), time.perf_counter() - started)
             draft.last_mode = policy_drafting
         draft.feedback(verdict.num_accepted, [verdict.next_token_id], verdict.accepted_nodes)
         drafter = block.candidate_sources()[0].value if len(block) else None
@@ -167,11 +166,11 @@ class SpeculativeGenerator:
         span.end()
         return chunk
 
-    def _policy_for(self, request: GenerationRequest) -> LoadAwareSpeculation | None:
+    def _policy_for(self, request: GenerationRequest) -> KindPolicy | None:
         # NOTE: requests without speculation, that draft always, or that bring their own draft (a prediction:
         # asked for, and free to draft), neither ask the load policy nor count in its measurements.
         auto = request.speculative and request.speculation_policy is SpeculationPolicy.AUTO and not request.prediction_ids
-        return self.load_policy if auto else None
+        return self.load_policy.for_request(not request.sampling.is_greedy) if auto and self.load_policy else None
 
     def _open_draft_under(
         self, parent, request: GenerationRequest, constraint: GrammarConstraint | None, stats: GenerationStats
@@ -187,7 +186,7 @@ class SpeculativeGenerator:
         """Candidates the draft may prepare while the target decodes the first token: none for trees
         (overlap drafts chains), nor when the load policy has drafting off."""
         policy = self._policy_for(request)
-        if request.tree is not None or not (policy is None or policy.drafting_allowed(not request.sampling.is_greedy)):
+        if request.tree is not None or not (policy is None or policy.drafting_allowed()):
             return 0
         return min(request.num_draft_tokens, max(0, request.max_tokens - 2))
 

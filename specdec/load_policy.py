@@ -126,12 +126,9 @@ class LoadAwareSpeculation:
     ) -> None:
         self.kinds = {sampled: KindPolicy(load, window_s, explore_every, clock, name) for sampled, name in self.KINDS.items()}
 
-    def drafting_allowed(self, sampled: bool = False) -> bool:
-        """Whether a session of this kind drafts this round (called by each session before each round)."""
-        return self.kinds[sampled].drafting_allowed()
-
-    def record_round(self, drafting: bool, num_tokens: int, seconds: float, sampled: bool = False) -> None:
-        self.kinds[sampled].record_round(drafting, num_tokens, seconds)
+    def for_request(self, sampled: bool) -> KindPolicy:
+        """The policy a session asks before each round and reports each round to: its kind's."""
+        return self.kinds[sampled]
 
     def drafting(self, sampled: bool) -> bool:
         return self.kinds[sampled].drafting

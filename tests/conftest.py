@@ -295,12 +295,13 @@ def load_policy_decided_off():
         now = [0.0]
         policy = LoadAwareSpeculation(lambda: 1, window_s=1.0, clock=lambda: now[0])
         for sampled in LoadAwareSpeculation.KINDS:
+            kind = policy.for_request(sampled)
             for drafting, tokens in ((True, 1), (True, 10), (False, 40), (True, 10)):
-                assert policy.drafting_allowed(sampled) is drafting
+                assert kind.drafting_allowed() is drafting
                 for _ in range(8):  # enough rounds for a window to measure
-                    policy.record_round(drafting, tokens, 0.125, sampled)
+                    kind.record_round(drafting, tokens, 0.125)
                 now[0] += 1.0
-            assert not policy.drafting_allowed(sampled) and policy.kinds[sampled].buckets[1].log_gain < 0
+            assert not kind.drafting_allowed() and kind.buckets[1].log_gain < 0
         return policy
 
     return make

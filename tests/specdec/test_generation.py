@@ -171,13 +171,15 @@ class _ScriptedPolicy:
     def __init__(self, modes: list[bool]) -> None:
         self.modes, self.recorded, self.kinds = iter(modes), [], set()
 
-    def drafting_allowed(self, sampled: bool) -> bool:
+    def for_request(self, sampled: bool) -> _ScriptedPolicy:
         self.kinds.add(sampled)
+        return self
+
+    def drafting_allowed(self) -> bool:
         return next(self.modes)
 
-    def record_round(self, drafting: bool, num_tokens: int, seconds: float, sampled: bool) -> None:
+    def record_round(self, drafting: bool, num_tokens: int, seconds: float) -> None:
         self.recorded.append(drafting)
-        self.kinds.add(sampled)
 
 
 def test_the_load_policy_measures_only_rounds_in_the_mode_of_the_round_before(tiny_target, drafters, prompt_ids):

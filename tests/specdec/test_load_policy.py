@@ -346,10 +346,11 @@ class _TwoKinds:
     def run(self, seconds: float, sampled: bool, step_s: float = 0.05) -> list[bool]:
         modes = []
         for _ in range(round(seconds / step_s)):
-            drafting = self.policy.drafting_allowed(sampled)
+            kind = self.policy.for_request(sampled)
+            drafting = kind.drafting_allowed()
             modes.append(drafting)
             self.now += step_s
-            self.policy.record_round(drafting, round(self.rate[sampled][drafting] * step_s), step_s, sampled)
+            kind.record_round(drafting, round(self.rate[sampled][drafting] * step_s), step_s)
         return modes
 
 
