@@ -12,8 +12,9 @@ never evaluated again.
 
 NOTE: llama.cpp runs a one-token pass through other kernels (matrix-vector) than a pass of two or
 more tokens, whose rows are bit-identical whatever the pass's size and whichever other sequences
-share it (tests/specdec/engines/test_llama_cpp.py). `min_pass_tokens=2` pads a lone token with one
-on a scratch sequence, so a target's plain steps score exactly as its verify passes do.
+share it, up to 63 tokens (gguf_passes.py says what runs longer passes; tests/specdec/engines/test_llama_cpp.py).
+`min_pass_tokens=2` pads a lone token with one on a scratch sequence, so a target's plain steps score
+exactly as its verify passes do.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from specdec.batching.kv_store import KVBudget
+from specdec.engines.gguf_passes import Entry, plan_passes
 from specdec.engines.gguf_prefix import GgufPrefixStore
 from specdec.errors import CapacityError, DraftUnavailableError, ModelLoadError
 
@@ -207,10 +209,13 @@ class GgufModel:
     def decode(self, rows: list[GgufRow]) -> list[torch.Tensor]:  # per row: [num_logits, vocab]
         """Feed every row's tokens at its start (after removing its sequence's cells past that start)."""
         entries = [
-            (index, row.seat.seq_id, row.start + offset, token_id, offset >= len(row.input_ids) - row.num_logits)
+            [
+                Entry(index, row.seat.seq_id, row.start + offset, token_id, offset >= len(row.input_ids) - row.num_logits)
+                for offset, token_id in enumerate(row.input_ids)
+            ]
             for index, row in enumerate(rows)
-            for offset, token_id in enumerate(row.input_ids)
         ]
+        passes = plan_passes(entries, _BATCH_TOKENS, invariant=self.options.min_pass_tokens > 1)
         logits: list[list[torch.Tensor]] = [[] for _ in rows]
         with self._lock:
             if self.context is None:
@@ -218,8 +223,8 @@ class GgufModel:
             for row in rows:
                 self._truncate(row.seat, row.start)
             try:
-                for first in range(0, len(entries), _BATCH_TOKENS):
-                    self._decode_chunk(entries[first : first + _BATCH_TOKENS], logits)
+                for entries_of_pass in passes:
+                    self._decode_chunk(entries_of_pass, logits)
             finally:
                 for row in rows:  # on failure llama.cpp may keep part of the batch: the next decode removes it
                     row.seat.length = row.start + len(row.input_ids)
@@ -231,10 +236,10 @@ class GgufModel:
                 raise self.options.failure(f"llama.cpp cannot roll back sequence {seat.seq_id} of {self.source} to {start} tokens")
             seat.length = start
 
-    def _decode_chunk(self, entries: Sequence[tuple[int, int, int, int, bool]], logits: list[list[torch.Tensor]]) -> None:
+    def _decode_chunk(self, entries: Sequence[Entry], logits: list[list[torch.Tensor]]) -> None:
         """One llama_decode of `entries` (row, seq id, position, token, logits wanted), padded to min_pass_tokens."""
         minimum = self.options.min_pass_tokens
-        padding = [(-1, self.scratch_seq_id, position, 0, False) for position in range(minimum - len(entries))]
+        padding = [Entry(-1, self.scratch_seq_id, position, 0, False) for position in range(minimum - len(entries))]
         entries = [*entries, *padding]
         outputs = [wants for *_rest, wants in entries]
         # NOTE: llama.cpp's last layer runs only the rows whose logits are wanted: at least `minimum` of them too,
@@ -251,9 +256,7 @@ class GgufModel:
             if padding:
                 self.lib.llama_memory_seq_rm(self.memory, self.scratch_seq_id, 0, -1)
 
-    def _decode_entries(
-        self, entries: Sequence[tuple[int, int, int, int, bool]], outputs: list[bool], logits: list[list[torch.Tensor]]
-    ) -> None:
+    def _decode_entries(self, entries: Sequence[Entry], outputs: list[bool], logits: list[list[torch.Tensor]]) -> None:
         batch = self.batch
         batch.n_tokens = len(entries)
         for i, (_row, seq_id, position, token_id, _wants) in enumerate(entries):

@@ -17,6 +17,7 @@ from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters import ModelDrafter
 from specdec.engines import resolve_engine
 from specdec.engines.gguf_model import GgufRow
+from specdec.engines.gguf_passes import Entry
 from specdec.errors import ModelLoadError, SpecdecError
 from specdec.generation import SpeculativeGenerator
 from specdec.penalties import Penalties
@@ -58,6 +59,42 @@ def test_negative_control_unpadded_one_token_passes_are_not_bit_identical(tiny_g
     # A draft's model (min_pass_tokens 1): llama.cpp's one-token kernels round differently.
     logits = _position_logits(tiny_gguf_target)
     assert not torch.equal(logits["alone"], logits["verify pass"])
+
+
+LONG_PROMPT = [5 + (7 * i) % 200 for i in range(70)]  # long enough for llama.cpp's many-token kernels
+
+
+def _step_logits(gguf, neighbour_prompt: list[int] | None, *, one_pass: bool = False) -> torch.Tensor:
+    """A 2-token step's logits at position 55, alone or in the same decode as another session's prompt."""
+    seat, other = gguf.take_seat(128, 1), gguf.take_seat(128, 1)
+    try:
+        gguf.decode([GgufRow(seat, PREFIX, 0, 1)])
+        rows = [GgufRow(seat, NEXT[:2], 55, 2)]
+        if neighbour_prompt is not None:
+            rows.append(GgufRow(other, neighbour_prompt, 0, 1))
+        if not one_pass:
+            return gguf.decode(rows)[0][0]
+        # the negative control: every row's tokens in one llama_decode, as the decode did before passes were planned
+        logits = [[] for _ in rows]
+        entries = [
+            Entry(index, row.seat.seq_id, row.start + offset, token_id, offset >= len(row.input_ids) - row.num_logits)
+            for index, row in enumerate(rows)
+            for offset, token_id in enumerate(row.input_ids)
+        ]
+        gguf._decode_chunk(entries, logits)
+        return logits[0][0]
+    finally:
+        gguf.release(seat)
+        gguf.release(other)
+
+
+def test_a_step_beside_another_sessions_long_prompt_scores_as_it_does_alone(tiny_llama_cpp_target):
+    gguf = tiny_llama_cpp_target.gguf
+    alone = _step_logits(gguf, None)
+    assert torch.equal(alone, _step_logits(gguf, LONG_PROMPT))
+    assert torch.equal(alone, _step_logits(gguf, LONG_PROMPT[:20]))
+    # negative control: the same rows in one pass of 72 tokens take the many-token kernels
+    assert not torch.equal(alone, _step_logits(gguf, LONG_PROMPT, one_pass=True))
 
 
 def test_concurrent_sessions_give_what_each_gives_alone(tiny_llama_cpp_target, tiny_draft):
