@@ -57,7 +57,7 @@ TREE_REFUSAL = (
 GREEDY_REFUSAL = "acceptance=greedy would change the output at temperature > 0; use rejection or coupled"
 TREE_DEFAULT = AcceptanceMode.COUPLED  # a tree config that names no acceptance: lossless and token-identical per seed
 # Where neither the request nor the config names a mode: a request that carries a seed gets coupled
-# (its text is a function of the seed alone: the same under any load, and equal to speculation off;
+# (its text is a function of the seed and the target's logits alone, equal to speculation off;
 # rejection's draws follow what the draft proposed, which depends on timing), one without the fastest
 # exact mode.
 SEEDED_DEFAULT = AcceptanceMode.COUPLED

@@ -147,7 +147,7 @@ def generation_request(
         "stop": list(options.stop),
         "ignore_eos": options.ignore_eos,
         "min_tokens": options.min_tokens,
-        # The request's mode, else the config's, else coupled for a seeded request (its text is the seed's under any load).
+        # The request's mode, else the config's, else coupled for a seeded request (its text is the seed's, whatever the draft proposed).
         "acceptance": requested_acceptance(
             acceptance_from_proto(options.acceptance, "options.acceptance") or config.speculative.acceptance,
             seeded=options.HasField("seed"),

@@ -5,10 +5,12 @@ K + 1 new tokens with logits at every position, and a rejection rolls the sequen
 its KV cells past the accepted prefix. Sessions share decodes through the same scheduler the
 Hugging Face engine's packed passes use.
 
-NOTE (batch invariance): every pass has at least two tokens (GgufOptions.min_pass_tokens): then a
-position's logits are bit-identical whether it is scored alone, inside a verify pass of any K, or
-beside other sessions, so greedy speculation on equals off and a seeded coupled request is the same
-text at any load. Token trees are refused: a llama.cpp sequence holds one chain.
+NOTE (batch invariance): every pass has at least two tokens (GgufOptions.min_pass_tokens), and passes of
+64 or more hold one request's prompt chunk only (gguf_passes.py): then a position's logits are bit-identical
+whether it is scored alone or inside a verify pass of any K, so greedy speculation on equals off and a
+seeded coupled request is the same text. Beside other sessions that holds only while the session's KV cells
+start at the same offset, modulo 64, of the shared cache (measured on SmolLM2 bf16: up to 0.35 apart in a
+logit otherwise; docs/benchmarks.md). Token trees are refused: a llama.cpp sequence holds one chain.
 """
 
 from __future__ import annotations
