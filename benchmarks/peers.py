@@ -8,7 +8,8 @@ Systems, each started once and idle while another is measured:
   default target's weights (`specdec make-draft --type bf16`), and on the bundled Q4_1 file. It runs
   from `--peer-python`, a Python with `llama-cpp-python[server]` (its server extras are not specdec's
   dependencies): `python -m venv peer && peer/bin/pip install 'llama-cpp-python[server]==0.3.36'`;
-- `specdec up` with no arguments (`--specdec "name=ARGS"` adds stacks started with other `up` flags),
+- `specdec up` with no arguments (`--specdec "name=ARGS"` adds stacks started with other `up` flags, and leading
+  `SPECDEC_...=VALUE` words set settings in that stack's environment),
   each asked with speculation on and off (the request's `speculative.enabled`).
 
 Prompts: benchmarks/chat-prompts.jsonl (chat). Interleaved: for each group of `concurrency` prompts,
@@ -31,6 +32,7 @@ import concurrent.futures
 import itertools
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -105,6 +107,10 @@ def start_llama_server(python: str, gguf: Path, name: str, log_dir: Path) -> tup
 
 
 def start_specdec(name: str, up_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, list[System]]:
+    """A `specdec up` stack; leading NAME=VALUE words of `up_args` are settings in its environment
+    (SPECDEC_MODEL__TARGET_KV_SHARED=true ...), the rest its flags."""
+    settings = dict(word.split("=", 1) for word in up_args if re.fullmatch(r"SPECDEC_[A-Z0-9_]+=.*", word))
+    up_args = [word for word in up_args if not re.fullmatch(r"SPECDEC_[A-Z0-9_]+=.*", word)]
     ports = [free_port() for _ in range(5)]
     command = [
         sys.executable,
@@ -123,7 +129,7 @@ def start_specdec(name: str, up_args: list[str], log_dir: Path) -> tuple[subproc
         "--verify-metrics-port",
         str(ports[4]),
     ]
-    env = {key: value for key, value in os.environ.items() if key != "SPECDEC_API_KEYS"}
+    env = {key: value for key, value in os.environ.items() if key != "SPECDEC_API_KEYS"} | settings
     process = subprocess.Popen(command, stdout=(log_dir / f"{name}.log").open("w"), stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{ports[0]}"
     _wait_ready(url, process, name)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from specdec.draft_methods import DRAFT_METHODS, DraftSide, new_suffix_trees, with_prompt_lookup
 from specdec.drafters import Drafter
-from specdec.engines import check_tree_support, load_engine
+from specdec.engines import check_tree_support, load_engine, target_sessions
 from specdec.errors import SpecdecError
 from specdec.generation import SpeculativeGenerator
 from specdec.serving.config import SpecdecConfig
@@ -20,7 +20,7 @@ def build_generator(config: SpecdecConfig) -> SpeculativeGenerator:
     models = config.model
     if not models.target_path:
         raise SpecdecError("no target model: set model.target_path in the config or pass --target")
-    target = load_engine(models)
+    target = load_engine(models, max_sequences=target_sessions(config))
     check_tree_support(config, target, "model.target_path")
     drafter: Drafter | None = None
     if config.speculative.enabled:

@@ -8,7 +8,7 @@ import time
 
 import grpc
 
-from specdec.engines import TargetModel, check_tree_support, load_engine
+from specdec.engines import TargetModel, check_tree_support, load_engine, target_sessions
 from specdec.errors import SpecdecError
 from specdec.memory_plan import ensure_fits
 from specdec.serving.config import SpecdecConfig
@@ -96,7 +96,7 @@ def _load_target(config: SpecdecConfig) -> TargetModel:
     ensure_fits(config, "target")
     started = time.perf_counter()
     settings = config.verify_service
-    target = load_engine(models, threads=settings.cpu_threads, max_sequences=settings.max_sessions)
+    target = load_engine(models, threads=settings.cpu_threads, max_sequences=target_sessions(config))
     check_tree_support(config, target, "model.target_path")
     log.info("loaded target %s in %.1fs (%s)", models.target_path, time.perf_counter() - started, target.describe_memory())
     return target

@@ -15,7 +15,7 @@ from specdec.engines.base import TargetModel
 from specdec.errors import ModelLoadError, SpecdecError
 from specdec.serving.config import ModelSection, SpecdecConfig, TargetEngine, Verification
 
-__all__ = ["TargetModel", "check_tree_support", "load_engine", "resolve_engine"]
+__all__ = ["TargetModel", "check_tree_support", "load_engine", "resolve_engine", "target_sessions"]
 
 
 def resolve_engine(models: ModelSection, source: str) -> TargetEngine:
@@ -46,6 +46,7 @@ def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_
         # one computed for this session on llama.cpp (SmolLM2 bf16, measured), so a seeded request's text would
         # depend on what was served before it (tests/verify_service/test_seeded_llama_cpp.py). A draft keeps it.
         prompt_cache_tokens=0,
+        per_session_kv=not models.target_kv_shared,
     )
     return load_llama_cpp_target(source, settings)
 
@@ -57,7 +58,7 @@ _LOADERS: dict[TargetEngine, Callable[[str, ModelSection, int | None, int], Targ
 
 
 def load_engine(
-    models: ModelSection, threads: int | None = None, max_sequences: int = 64, setting: str = "model.target_path"
+    models: ModelSection, threads: int | None = None, max_sequences: int = 8, setting: str = "model.target_path"
 ) -> TargetModel:
     """The target `models` names, run by its engine; a file it cannot load is one ModelLoadError line naming
     the setting, the file and the engine."""
@@ -67,6 +68,12 @@ def load_engine(
         return _LOADERS[engine](source, models, threads, max_sequences)
     except ModelLoadError as error:
         raise ModelLoadError(f"{setting}: {error} (target engine {engine.value})") from error
+
+
+def target_sessions(config: SpecdecConfig) -> int:
+    """Sessions a target holds at once: model.target_kv_sessions, else the verify service's batch size."""
+    batch = config.verify_service.max_batch_size or config.serving.max_batch_size
+    return min(config.model.target_kv_sessions or batch, config.verify_service.max_sessions)
 
 
 def check_tree_support(config: SpecdecConfig, loaded: TargetModel, setting: str) -> None:

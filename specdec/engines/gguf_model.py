@@ -15,12 +15,18 @@ more tokens, whose rows are bit-identical whatever the pass's size and whichever
 share it, up to 63 tokens (gguf_passes.py says what runs longer passes; tests/specdec/engines/test_llama_cpp.py).
 `min_pass_tokens=2` pads a lone token with one on a scratch sequence, so a target's plain steps score
 exactly as its verify passes do.
+
+NOTE (sessions): in the shared pool a session's cells land wherever llama.cpp finds free ones, among other
+sessions' and in the holes their rollbacks leave. Attention adds up a sequence's cells in cell order, and a pass of
+64 or more tokens in tiles of 64 cells; so on SmolLM2 bf16 a session's logits moved by up to 0.35 with where its
+cells began (benchmarks/kv_invariance.py). `per_session_kv` gives each sequence a stream of its own (llama.cpp's
+kv_unified off): its cells then start at 0 and follow its positions whatever else runs, and a target's text is the
+same at any load. Each session then holds context_tokens / max_sequences cells, and llama.cpp splits a decode
+whose sessions feed different numbers of tokens into passes of equal numbers.
 """
 
 from __future__ import annotations
 
-import collections
-import ctypes
 import functools
 import logging
 import os
@@ -34,18 +40,17 @@ import numpy as np
 import torch
 
 from specdec.batching.kv_store import KVBudget
+from specdec.engines.gguf_library import llama_log, load_model, token_text
 from specdec.engines.gguf_passes import Entry, plan_passes
 from specdec.engines.gguf_prefix import GgufPrefixStore
-from specdec.errors import CapacityError, DraftUnavailableError, ModelLoadError
+from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, ModelLoadError
 
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 _BATCH_TOKENS = 512  # tokens per llama_decode call; longer feeds (a prompt) take several
-_ALL_LAYERS = 999  # llama.cpp's "offload every layer"
 _KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is f16
 _DECODE_ERRORS = {1: "no KV cache slot for the batch", 2: "aborted", -1: "invalid batch"}
-_GGML_LOG_ERROR, _GGML_LOG_CONT = 4, 5
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class GgufOptions:
     device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
     min_pass_tokens: int = 1  # 2: every pass runs the many-token kernels (batch invariance; the module's NOTE)
     prompt_cache_tokens: int = 0  # of the last finished sequence, kept for the next that starts alike (gguf_prefix.py)
+    per_session_kv: bool = False  # each session its own cells (context_tokens split evenly): the module's NOTE on sessions
     failure: type[Exception] = DraftUnavailableError  # what a failed decode raises: a draft's is a fallback, a target's is not
 
 
@@ -75,17 +81,22 @@ class GgufVocabulary:
 class Seat:
     """One session's place in the context: a sequence id and its reserved KV cells."""
 
-    def __init__(self, seq_id: int, budget: KVBudget, capacity: int, failure: type[Exception] = DraftUnavailableError) -> None:
+    def __init__(
+        self, seq_id: int, budget: KVBudget, capacity: int, failure: type[Exception] = DraftUnavailableError, limit: int | None = None
+    ) -> None:
         self.seq_id = seq_id
         self.budget = budget
         self.capacity = capacity
         self.failure = failure
+        self.limit = limit  # the cells of its own (per_session_kv), else None: it grows within the shared pool
         self.length = 0  # positions llama.cpp holds for this sequence
         self.released = False
 
     def ensure_capacity(self, tokens: int) -> None:
         if tokens <= self.capacity:
             return
+        if self.limit is not None:  # its cells were all taken at the start
+            raise self.failure(f"a session holds at most {self.limit} KV cells of its own; raise model.target_context_tokens")
         grown = max(tokens, 2 * self.capacity)
         if not self.budget.try_grow(grown - self.capacity):
             # A draft cannot go on, but the generation can: verify continues with the target alone.
@@ -121,24 +132,25 @@ class GgufModel:
         self.options = options
         self.device = torch.device("cpu")  # where the logits land (llama.cpp copies them to host memory)
         self._lock = threading.Lock()
-        self.model = _load_model(llama_cpp, path, options.device)
+        self.model = load_model(llama_cpp, path, options.device)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.max_context = int(llama_cpp.llama_model_n_ctx_train(self.model))
-        self.tokenizer = GgufVocabulary([_token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
-        padded, cached = options.min_pass_tokens > 1, options.prompt_cache_tokens > 0
-        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - padded - cached)
-        self.scratch_seq_id = self.max_sequences if padded else None  # where a short pass's padding goes
-        self._extra_sequences = padded + cached
+        self.tokenizer = GgufVocabulary([token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
+        cached = options.prompt_cache_tokens > 0
+        if cached and options.per_session_kv:
+            raise ValueError("a prompt cache shares cells between sessions: it needs the shared KV pool")
+        scratch = options.min_pass_tokens > 1 and not options.per_session_kv  # else a short pass pads its own sequence
+        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - scratch - cached)
+        self.scratch_seq_id = self.max_sequences if scratch else None  # where a short pass's padding goes
+        self._extra_sequences = scratch + cached
         self.context = self._new_context()
         self.memory = llama_cpp.llama_get_memory(self.context)
         self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
         self.prefixes = (
-            GgufPrefixStore(llama_cpp, self.memory, self.max_sequences + padded, options.prompt_cache_tokens) if cached else None
+            GgufPrefixStore(llama_cpp, self.memory, self.max_sequences + scratch, options.prompt_cache_tokens) if cached else None
         )
-        # held apart from the sessions': the padding's cells for the length of one pass, and the kept prefix's
-        reserved_cells = options.min_pass_tokens - 1 + options.prompt_cache_tokens
-        self.budget = KVBudget(int(llama_cpp.llama_n_ctx(self.context)) - reserved_cells, self._kv_bytes_per_token())
+        self.budget = self._new_budget()
         self._free_seq_ids: queue.SimpleQueue[int] = queue.SimpleQueue()
         for seq_id in range(self.max_sequences):
             self._free_seq_ids.put(seq_id)
@@ -150,16 +162,28 @@ class GgufModel:
         params.n_batch = params.n_ubatch = _BATCH_TOKENS
         params.n_seq_max = self.max_sequences + self._extra_sequences
         params.n_threads = params.n_threads_batch = options.threads
-        params.kv_unified = True  # one pool of cells for every sequence: sessions of any length share it
+        # Shared: one pool of cells for every sequence, sessions of any length share it. Per session: each sequence
+        # its own stream of cells (the module's NOTE on sessions).
+        params.kv_unified = not options.per_session_kv
         params.no_perf = True
-        _llama_log().begin()
+        llama_log().begin()
         context = lib.llama_init_from_model(self.model, params)
         if context is None:
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {options.context_tokens} tokens for {self.source}: "
-                f"{_llama_log().first_error() or 'see the debug log'}"
+                f"{llama_log().first_error() or 'see the debug log'}"
             )
         return context
+
+    def _new_budget(self) -> KVBudget:
+        lib, options = self.lib, self.options
+        if options.per_session_kv:
+            self.session_cells = int(lib.llama_n_ctx_seq(self.context))
+            return KVBudget(self.session_cells * self.max_sequences, self._kv_bytes_per_token())
+        self.session_cells = None
+        # held apart from the sessions': the padding's cells for the length of one pass, and the kept prefix's
+        reserved_cells = options.min_pass_tokens - 1 + options.prompt_cache_tokens
+        return KVBudget(int(lib.llama_n_ctx(self.context)) - reserved_cells, self._kv_bytes_per_token())
 
     def _kv_bytes_per_token(self) -> int:
         lib = self.lib
@@ -173,12 +197,19 @@ class GgufModel:
             seq_id = self._free_seq_ids.get(timeout=timeout_s)
         except queue.Empty:
             raise CapacityError(f"all {self.max_sequences} sequences of {self.source} are in use; retry later") from None
+        cells = reserve_tokens if self.session_cells is None else self.session_cells
         try:
-            self.budget.reserve(reserve_tokens, timeout_s, what="the prompt")
+            if reserve_tokens > cells:
+                raise InvalidRequestError(
+                    "max_tokens",
+                    f"this request needs {reserve_tokens} tokens of KV cache but a session of {self.source} holds "
+                    f"{cells}; ask for fewer tokens, or raise model.target_context_tokens",
+                )
+            self.budget.reserve(cells, timeout_s, what="the prompt")
         except BaseException:
             self._free_seq_ids.put(seq_id)
             raise
-        return Seat(seq_id, self.budget, reserve_tokens, self.options.failure)
+        return Seat(seq_id, self.budget, cells, self.options.failure, limit=self.session_cells)
 
     def attach_prefix(self, seat: Seat, token_ids: Sequence[int], limit: int) -> int:
         """Start the empty `seat` with the kept cells of the longest prefix of `token_ids` (at most `limit`);
@@ -215,7 +246,8 @@ class GgufModel:
             ]
             for index, row in enumerate(rows)
         ]
-        passes = plan_passes(entries, _BATCH_TOKENS, invariant=self.options.min_pass_tokens > 1)
+        invariant = self.options.min_pass_tokens > 1
+        passes = plan_passes(entries, _BATCH_TOKENS, invariant=invariant, equal_rows=self.options.per_session_kv)
         logits: list[list[torch.Tensor]] = [[] for _ in rows]
         with self._lock:
             if self.context is None:
@@ -239,7 +271,7 @@ class GgufModel:
     def _decode_chunk(self, entries: Sequence[Entry], logits: list[list[torch.Tensor]]) -> None:
         """One llama_decode of `entries` (row, seq id, position, token, logits wanted), padded to min_pass_tokens."""
         minimum = self.options.min_pass_tokens
-        padding = [Entry(-1, self.scratch_seq_id, position, 0, False) for position in range(minimum - len(entries))]
+        padding = self._padding(entries[-1], minimum - len(entries)) if len(entries) < minimum else []
         entries = [*entries, *padding]
         outputs = [wants for *_rest, wants in entries]
         # NOTE: llama.cpp's last layer runs only the rows whose logits are wanted: at least `minimum` of them too,
@@ -254,7 +286,14 @@ class GgufModel:
             self._decode_entries(entries, outputs, logits)
         finally:
             if padding:
-                self.lib.llama_memory_seq_rm(self.memory, self.scratch_seq_id, 0, -1)
+                self.lib.llama_memory_seq_rm(self.memory, padding[0].seq_id, padding[0].position, -1)
+
+    def _padding(self, last: Entry, count: int) -> list[Entry]:
+        """`count` tokens that lengthen a short pass: on the scratch sequence, or after `last` in its own sequence
+        (per_session_kv: a sequence's own stream; the next decode of it starts before them)."""
+        if self.scratch_seq_id is not None:
+            return [Entry(-1, self.scratch_seq_id, position, 0, False) for position in range(count)]
+        return [Entry(-1, last.seq_id, last.position + 1 + offset, 0, False) for offset in range(count)]
 
     def _decode_entries(self, entries: Sequence[Entry], outputs: list[bool], logits: list[list[torch.Tensor]]) -> None:
         batch = self.batch
@@ -265,12 +304,12 @@ class GgufModel:
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq_id
             batch.logits[i] = outputs[i]
-        _llama_log().begin()
+        llama_log().begin()
         status = self.lib.llama_decode(self.context, batch)
         if status != 0:
             raise self.options.failure(
                 f"llama.cpp could not decode {len(entries)} tokens with {self.source}: llama_decode returned "
-                f"{status} ({_DECODE_ERRORS.get(status, 'error')}) {_llama_log().first_error()}".rstrip()
+                f"{status} ({_DECODE_ERRORS.get(status, 'error')}) {llama_log().first_error()}".rstrip()
             )
         for i, (row, *_rest, wants_logits) in enumerate(entries):
             if wants_logits:
@@ -281,8 +320,9 @@ class GgufModel:
         lib = self.lib
         size = lib.llama_model_size(self.model)
         cells = self.budget.capacity_tokens
+        layout = "shared" if self.session_cells is None else f"{self.session_cells} per session"
         return (
-            f"{size / 2**20:.1f} MiB GGUF weights, {cells} shared KV cells ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
+            f"{size / 2**20:.1f} MiB GGUF weights, {cells} KV cells, {layout} ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
             f"{self.options.threads} llama.cpp threads, up to {self.max_sequences} sessions"
         )
 
@@ -315,79 +355,9 @@ def load_gguf(path: str | Path, options: GgufOptions) -> GgufModel:
         import llama_cpp  # noqa: F401 -- checked here so a missing install is one clear line
     except ImportError as error:
         raise ModelLoadError(f"a .gguf model needs llama-cpp-python: pip install 'specdec[llama]' ({error})") from error
-    _llama_log()
+    llama_log()
     return GgufModel(path, options)
 
 
 def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _load_model(lib, path: Path, device: str):
-    params = lib.llama_model_default_params()
-    params.n_gpu_layers = _gpu_layers(lib, device)
-    if device.startswith("cuda:"):
-        params.main_gpu = int(device.split(":", 1)[1])
-    _llama_log().begin()
-    model = lib.llama_model_load_from_file(str(path).encode(), params)
-    if model is None:
-        raise ModelLoadError(f"llama.cpp could not load {path}: {_llama_log().first_error() or 'not a model it can run'}")
-    return model
-
-
-def _gpu_layers(lib, device: str) -> int:
-    if device == "cpu":
-        return 0
-    supported = bool(lib.llama_supports_gpu_offload())
-    if device == "auto":
-        return _ALL_LAYERS if supported else 0
-    if not supported:
-        raise ModelLoadError(
-            f"model.draft_device {device}: this llama-cpp-python was built without GPU support; reinstall it with "
-            "CMAKE_ARGS=-DGGML_CUDA=on (see docs/configuration.md), or use draft_device cpu"
-        )
-    return _ALL_LAYERS
-
-
-def _token_text(lib, vocab, token_id: int) -> str:
-    return lib.llama_vocab_get_text(vocab, token_id).decode("utf-8", errors="replace")
-
-
-class _LlamaLog:
-    """llama.cpp's log lines, sent to Python logging (debug); its error lines kept for our messages."""
-
-    def __init__(self) -> None:
-        self.errors: collections.deque[str] = collections.deque(maxlen=8)
-        self._line: list[str] = []
-        self._level = 0
-        self.callback = None  # the ctypes callback, kept alive while llama.cpp holds it
-
-    def write(self, level: int, text: bytes, _user_data) -> None:
-        if level != _GGML_LOG_CONT:
-            self._level = level
-        self._line.append(text.decode("utf-8", errors="replace"))
-        if self._line[-1].endswith("\n"):
-            line = "".join(self._line).strip()
-            self._line = []
-            log.debug("llama.cpp: %s", line)
-            if self._level == _GGML_LOG_ERROR and line:
-                self.errors.append(line)
-
-    def begin(self) -> None:
-        """Forget earlier errors: the next `first_error` is about what follows."""
-        self.errors.clear()
-
-    def first_error(self) -> str:
-        """The first error since `begin` (llama.cpp logs the cause first, then each caller's 'failed')."""
-        return self.errors[0] if self.errors else ""
-
-
-@functools.cache
-def _llama_log() -> _LlamaLog:
-    """Route llama.cpp's logging (by default many lines on stderr) once per process."""
-    import llama_cpp
-
-    sink = _LlamaLog()
-    sink.callback = llama_cpp.llama_log_callback(sink.write)
-    llama_cpp.llama_log_set(sink.callback, ctypes.c_void_p(0))
-    return sink

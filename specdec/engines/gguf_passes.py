@@ -31,30 +31,34 @@ class Entry(NamedTuple):
     wants_logits: bool
 
 
-def plan_passes(rows: Sequence[Sequence[Entry]], max_tokens: int, *, invariant: bool, many_tokens: int = MANY_TOKENS) -> list[list[Entry]]:
+def plan_passes(
+    rows: Sequence[Sequence[Entry]], max_tokens: int, *, invariant: bool, equal_rows: bool = False, many_tokens: int = MANY_TOKENS
+) -> list[list[Entry]]:
     """The passes that decode `rows` (each row's entries in position order), each at most `max_tokens` long.
 
     With `invariant`, a token's pass length class (under or over `many_tokens`) depends on its row alone;
-    each row's entries keep their order across passes."""
+    each row's entries keep their order across passes. With `equal_rows`, a short pass holds pieces of one length:
+    llama.cpp splits a decode of sessions in streams of their own (GgufOptions.per_session_kv) into passes of equal
+    shares, which would leave a lone token in a pass of its own (the one-token kernels)."""
     if not invariant:
         flat = [entry for row in rows for entry in row]
         return [flat[first : first + max_tokens] for first in range(0, len(flat), max_tokens)]
     passes: list[list[Entry]] = []
-    shared: list[Entry] = []  # the short pass being filled
+    filling: dict[int, list[Entry]] = {}  # the short passes being filled, by piece length (one key without equal_rows)
     for row in rows:
         for piece in _pieces(row, max_tokens):
+            key = len(piece) if equal_rows else 0
             if len(piece) >= many_tokens:
-                if shared and shared[-1].row == piece[0].row:  # NOTE: the row's earlier piece is decoded first
-                    passes.append(shared)
-                    shared = []
+                # NOTE: the row's earlier (short) piece is decoded first
+                for earlier_key, entries in list(filling.items()):
+                    if entries[-1].row == piece[0].row:
+                        passes.append(filling.pop(earlier_key))
                 passes.append(piece)
                 continue
-            if len(shared) + len(piece) >= many_tokens:
-                passes.append(shared)
-                shared = []
-            shared.extend(piece)
-    if shared:
-        passes.append(shared)
+            if len(filling.get(key, ())) + len(piece) >= many_tokens:
+                passes.append(filling.pop(key))
+            filling.setdefault(key, []).extend(piece)
+    passes.extend(filling.values())
     return passes
 
 

@@ -5,12 +5,11 @@ K + 1 new tokens with logits at every position, and a rejection rolls the sequen
 its KV cells past the accepted prefix. Sessions share decodes through the same scheduler the
 Hugging Face engine's packed passes use.
 
-NOTE (batch invariance): every pass has at least two tokens (GgufOptions.min_pass_tokens), and passes of
-64 or more hold one request's prompt chunk only (gguf_passes.py): then a position's logits are bit-identical
-whether it is scored alone or inside a verify pass of any K, so greedy speculation on equals off and a
-seeded coupled request is the same text. Beside other sessions that holds only while the session's KV cells
-start at the same offset, modulo 64, of the shared cache (measured on SmolLM2 bf16: up to 0.35 apart in a
-logit otherwise; docs/benchmarks.md). Token trees are refused: a llama.cpp sequence holds one chain.
+NOTE (batch invariance): every pass has at least two tokens (GgufOptions.min_pass_tokens), passes of 64 or
+more hold one request's prompt chunk only (gguf_passes.py), and each session has KV cells of its own
+(GgufOptions.per_session_kv): then a position's logits are bit-identical whether it is scored alone, inside a
+verify pass of any K, or beside other sessions, so greedy speculation on equals off and a seeded coupled
+request is the same text at any load. Token trees are refused: a llama.cpp sequence holds one chain.
 """
 
 from __future__ import annotations
@@ -99,8 +98,9 @@ class LlamaCppTarget:
 
     @property
     def max_context(self) -> int:
-        # NOTE: the context's cells bound one sequence too: a request that fits the model but not the cells is refused early.
-        return min(self.gguf.max_context, self.gguf.budget.capacity_tokens)
+        # NOTE: a session's cells bound one sequence too: a request that fits the model but not the cells is refused early.
+        cells = self.gguf.session_cells or self.gguf.budget.capacity_tokens
+        return min(self.gguf.max_context, cells)
 
     @property
     def device(self) -> torch.device:
@@ -137,6 +137,7 @@ class LlamaCppSettings:
     max_sequences: int
     device: str = "auto"
     prompt_cache_tokens: int = 0  # engines/gguf_prefix.py
+    per_session_kv: bool = True  # each session its own cells (gguf_model.py's NOTE on sessions)
 
 
 def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> LlamaCppTarget:
@@ -150,6 +151,7 @@ def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> Lla
         device=settings.device,
         min_pass_tokens=2,
         prompt_cache_tokens=settings.prompt_cache_tokens,
+        per_session_kv=settings.per_session_kv,
         failure=SpecdecError,
     )
     gguf = load_gguf(source, options)

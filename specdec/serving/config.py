@@ -49,7 +49,22 @@ class ModelSection(_Section):
         TargetEngine.AUTO, description="what runs the target: auto (llama_cpp for a .gguf, else hf), hf or llama_cpp"
     )
     target_context_tokens: int = Field(
-        16384, ge=256, le=1 << 20, description="KV cache cells all sessions of a llama_cpp target share (allocated at start)"
+        32768,
+        ge=256,
+        le=1 << 20,
+        description="KV cache cells of a llama_cpp target (allocated at start), split evenly among its target_kv_sessions",
+    )
+    target_kv_sessions: int | None = Field(
+        None,
+        ge=1,
+        le=255,
+        description="llama_cpp target: sessions with KV cells of their own, so none changes another's logits; "
+        "more wait for a free one. Default: verify_service.max_batch_size",
+    )
+    target_kv_shared: bool = Field(
+        False,
+        description="llama_cpp target: one pool of cells all sessions share instead (a session may use the whole pool, "
+        "but its logits then move with where its cells land: greedy and seeded texts may change with the load)",
     )
     layer_skip_layers: int | None = Field(None, ge=1, description="target layers the layer-skip draft keeps; default half")
     device: str = "auto"

@@ -14,6 +14,10 @@ def _long(passes) -> set[tuple[int, int]]:
     return {(entry.row, entry.position) for entries in passes if len(entries) >= MANY_TOKENS for entry in entries}
 
 
+def _of_row(entries, row: int) -> list[Entry]:
+    return [entry for entry in entries if entry.row == row]
+
+
 def _in_order(passes, rows) -> bool:
     decoded = [entry for entries in passes for entry in entries]
     return all([entry for entry in decoded if entry.row == index] == row for index, row in enumerate(rows))
@@ -54,3 +58,15 @@ def test_a_row_starting_before_a_chunk_boundary_decodes_its_short_head_first():
 def test_negative_control_a_draft_packs_everything_into_full_passes():
     passes = plan_passes([_row(0, 55, 2), _row(1, 0, 70)], 512, invariant=False)
     assert len(passes) == 1 and (0, 55) in _long(passes)
+
+
+def test_with_equal_rows_a_short_pass_holds_pieces_of_one_length():
+    rows = [_row(0, 10, 1), _row(1, 20, 5), _row(2, 30, 1), _row(3, 40, 6), _row(4, 0, 70)]
+    passes = plan_passes(rows, 512, invariant=True, equal_rows=True)
+    assert all(
+        len({entry.row for entry in entries}) * len([e for e in entries if e.row == entries[0].row]) == len(entries) for entries in passes
+    )
+    assert sorted(sorted({entry.row for entry in entries}) for entries in passes) == [[0, 2], [1], [3], [4]]
+    assert _in_order(passes, rows)
+    # negative control: without equal_rows the short pieces share one pass, the lengths mixed
+    assert [0, 1, 2, 3] in [sorted({entry.row for entry in entries}) for entries in plan_passes(rows, 512, invariant=True)]

@@ -16,7 +16,7 @@ from specdec.constraints.grammars import json_schema_grammar
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters import ModelDrafter
 from specdec.engines import resolve_engine
-from specdec.engines.gguf_model import GgufRow
+from specdec.engines.gguf_model import GgufOptions, GgufRow, load_gguf
 from specdec.engines.gguf_passes import Entry
 from specdec.errors import ModelLoadError, SpecdecError
 from specdec.generation import SpeculativeGenerator
@@ -64,8 +64,8 @@ def test_negative_control_unpadded_one_token_passes_are_not_bit_identical(tiny_g
 LONG_PROMPT = [5 + (7 * i) % 200 for i in range(70)]  # long enough for llama.cpp's many-token kernels
 
 
-def _step_logits(gguf, neighbour_prompt: list[int] | None, *, one_pass: bool = False) -> torch.Tensor:
-    """A 2-token step's logits at position 55, alone or in the same decode as another session's prompt."""
+def _scored_together(gguf, neighbour_prompt: list[int] | None, *, one_pass: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A 2-token step's logits at position 55 and, in the same decode, the last logits of another session's prompt."""
     seat, other = gguf.take_seat(128, 1), gguf.take_seat(128, 1)
     try:
         gguf.decode([GgufRow(seat, PREFIX, 0, 1)])
@@ -73,7 +73,8 @@ def _step_logits(gguf, neighbour_prompt: list[int] | None, *, one_pass: bool = F
         if neighbour_prompt is not None:
             rows.append(GgufRow(other, neighbour_prompt, 0, 1))
         if not one_pass:
-            return gguf.decode(rows)[0][0]
+            logits = gguf.decode(rows)
+            return logits[0][0], (logits[1][-1] if neighbour_prompt is not None else None)
         # the negative control: every row's tokens in one llama_decode, as the decode did before passes were planned
         logits = [[] for _ in rows]
         entries = [
@@ -81,20 +82,86 @@ def _step_logits(gguf, neighbour_prompt: list[int] | None, *, one_pass: bool = F
             for index, row in enumerate(rows)
             for offset, token_id in enumerate(row.input_ids)
         ]
-        gguf._decode_chunk(entries, logits)
-        return logits[0][0]
+        with gguf._lock:
+            gguf._decode_chunk(entries, logits)
+        return logits[0][0], logits[1][-1]
     finally:
         gguf.release(seat)
         gguf.release(other)
 
 
-def test_a_step_beside_another_sessions_long_prompt_scores_as_it_does_alone(tiny_llama_cpp_target):
-    gguf = tiny_llama_cpp_target.gguf
-    alone = _step_logits(gguf, None)
-    assert torch.equal(alone, _step_logits(gguf, LONG_PROMPT))
-    assert torch.equal(alone, _step_logits(gguf, LONG_PROMPT[:20]))
-    # negative control: the same rows in one pass of 72 tokens take the many-token kernels
-    assert not torch.equal(alone, _step_logits(gguf, LONG_PROMPT, one_pass=True))
+def _prompt_alone(gguf) -> torch.Tensor:
+    seat = gguf.take_seat(128, 1)
+    try:
+        return gguf.decode([GgufRow(seat, LONG_PROMPT, 0, 1)])[0][-1]
+    finally:
+        gguf.release(seat)
+
+
+def _tiny_gguf(path, per_session_kv: bool):
+    return load_gguf(path, GgufOptions(threads=1, context_tokens=1024, max_sequences=4, min_pass_tokens=2, per_session_kv=per_session_kv))
+
+
+def test_a_step_and_a_long_prompt_in_one_decode_score_as_each_does_alone(tiny_ggufs):
+    gguf = _tiny_gguf(tiny_ggufs.target, per_session_kv=True)
+    try:
+        step_alone, prompt_alone = _scored_together(gguf, None)[0], _prompt_alone(gguf)
+        step, prompt = _scored_together(gguf, LONG_PROMPT)
+        assert torch.equal(step_alone, step)
+        assert torch.equal(prompt_alone, prompt)
+        assert torch.equal(step_alone, _scored_together(gguf, LONG_PROMPT[:20])[0])
+        # negative control: the same rows in one llama_decode; llama.cpp splits it into equal shares per session, so
+        # the prompt's first two tokens run in a short pass, not in its own long one
+        step, prompt = _scored_together(gguf, LONG_PROMPT, one_pass=True)
+        assert not torch.equal(prompt_alone, prompt)
+    finally:
+        gguf.close()
+
+
+def _two_blocks(gguf, lengths: tuple[int, int], *, one_pass: bool = False) -> list[torch.Tensor]:
+    """Two sessions' verify blocks of `lengths` tokens after the prefix, scored in one decode: each block's logits."""
+    seats = [gguf.take_seat(128, 1) for _ in lengths]
+    try:
+        for seat in seats:
+            gguf.decode([GgufRow(seat, PREFIX, 0, 1)])
+        rows = [GgufRow(seat, (NEXT * 2)[:length], 55, length) for seat, length in zip(seats, lengths, strict=True)]
+        if not one_pass:
+            return gguf.decode(rows)
+        logits = [[] for _ in rows]
+        entries = [
+            Entry(index, row.seat.seq_id, row.start + offset, token_id, True)
+            for index, row in enumerate(rows)
+            for offset, token_id in enumerate(row.input_ids)
+        ]
+        with gguf._lock:
+            gguf._decode_chunk(entries, logits)
+        return [torch.stack(row_logits) for row_logits in logits]
+    finally:
+        for seat in seats:
+            gguf.release(seat)
+
+
+def test_blocks_of_different_lengths_in_one_decode_score_as_each_does_alone(tiny_ggufs):
+    gguf = _tiny_gguf(tiny_ggufs.target, per_session_kv=True)
+    try:
+        five_alone, six_alone = _two_blocks(gguf, (5, 1))[0], _two_blocks(gguf, (6, 1))[0]
+        five, six = _two_blocks(gguf, (5, 6))
+        assert torch.equal(five_alone, five)
+        assert torch.equal(six_alone, six)
+        # negative control: in one llama_decode llama.cpp splits it into 5 + 5 tokens, then the sixth alone
+        assert not torch.equal(six_alone, _two_blocks(gguf, (5, 6), one_pass=True)[1])
+    finally:
+        gguf.close()
+
+
+def test_negative_control_in_the_shared_pool_a_prompt_after_another_sessions_cells_scores_otherwise(tiny_ggufs):
+    # one pool of cells: the prompt's cells start after the other session's 57, and its long pass adds them up in
+    # tiles of 64 cells from the pool's start
+    gguf = _tiny_gguf(tiny_ggufs.target, per_session_kv=False)
+    try:
+        assert not torch.equal(_prompt_alone(gguf), _scored_together(gguf, LONG_PROMPT)[1])
+    finally:
+        gguf.close()
 
 
 def test_concurrent_sessions_give_what_each_gives_alone(tiny_llama_cpp_target, tiny_draft):
