@@ -28,9 +28,9 @@ whose sessions feed different numbers of tokens into passes of equal numbers.
 from __future__ import annotations
 
 import functools
+import heapq
 import logging
 import os
-import queue
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -151,9 +151,7 @@ class GgufModel:
             GgufPrefixStore(llama_cpp, self.memory, self.max_sequences + scratch, options.prompt_cache_tokens) if cached else None
         )
         self.budget = self._new_budget()
-        self._free_seq_ids: queue.SimpleQueue[int] = queue.SimpleQueue()
-        for seq_id in range(self.max_sequences):
-            self._free_seq_ids.put(seq_id)
+        self._free_seq_ids = _LowestFirst(range(self.max_sequences))
 
     def _new_context(self):
         lib, options = self.lib, self.options
@@ -194,8 +192,8 @@ class GgufModel:
     def take_seat(self, reserve_tokens: int, timeout_s: float | None) -> Seat:
         """A sequence id and `reserve_tokens` KV cells for a new session (waits up to `timeout_s` for both)."""
         try:
-            seq_id = self._free_seq_ids.get(timeout=timeout_s)
-        except queue.Empty:
+            seq_id = self._free_seq_ids.take(timeout_s)
+        except TimeoutError:
             raise CapacityError(f"all {self.max_sequences} sequences of {self.source} are in use; retry later") from None
         cells = reserve_tokens if self.session_cells is None else self.session_cells
         try:
@@ -207,7 +205,7 @@ class GgufModel:
                 )
             self.budget.reserve(cells, timeout_s, what="the prompt")
         except BaseException:
-            self._free_seq_ids.put(seq_id)
+            self._free_seq_ids.give(seq_id)
             raise
         return Seat(seq_id, self.budget, cells, self.options.failure, limit=self.session_cells)
 
@@ -235,7 +233,7 @@ class GgufModel:
                     self.prefixes.keep(seat.seq_id, token_ids[: seat.length])
                 self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, 0, -1)
         self.budget.release(seat.capacity)
-        self._free_seq_ids.put(seat.seq_id)
+        self._free_seq_ids.give(seat.seq_id)
 
     def decode(self, rows: list[GgufRow]) -> list[torch.Tensor]:  # per row: [num_logits, vocab]
         """Feed every row's tokens at its start (after removing its sequence's cells past that start)."""
@@ -340,6 +338,27 @@ class GgufModel:
                 self.lib.llama_free(self.context)
                 self.lib.llama_model_free(self.model)
                 self.context = None
+
+
+class _LowestFirst:
+    """Free sequence ids, the lowest taken first: sessions then hold ids in a run, which llama.cpp decodes as one
+    pass with a stream per session only where the ids are consecutive (gguf_passes.plan_passes)."""
+
+    def __init__(self, ids) -> None:
+        self._free = list(ids)
+        heapq.heapify(self._free)
+        self._changed = threading.Condition()
+
+    def take(self, timeout_s: float | None) -> int:
+        with self._changed:
+            if not self._changed.wait_for(lambda: self._free, timeout_s):
+                raise TimeoutError
+            return heapq.heappop(self._free)
+
+    def give(self, seq_id: int) -> None:
+        with self._changed:
+            heapq.heappush(self._free, seq_id)
+            self._changed.notify()
 
 
 def load_gguf(path: str | Path, options: GgufOptions) -> GgufModel:

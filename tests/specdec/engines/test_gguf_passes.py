@@ -5,8 +5,9 @@ from __future__ import annotations
 from specdec.engines.gguf_passes import MANY_TOKENS, Entry, plan_passes
 
 
-def _row(index: int, start: int, length: int) -> list[Entry]:
-    return [Entry(index, index, start + offset, 7, offset == length - 1) for offset in range(length)]
+def _row(index: int, start: int, length: int, scored: int = 1) -> list[Entry]:
+    """`length` tokens from `start`, the last `scored` of them with logits read."""
+    return [Entry(index, index, start + offset, 7, offset >= length - scored) for offset in range(length)]
 
 
 def _long(passes) -> set[tuple[int, int]]:
@@ -26,7 +27,7 @@ def _in_order(passes, rows) -> bool:
 def test_a_step_stays_in_a_short_pass_beside_a_long_prompt():
     step, prompt = _row(0, 55, 2), _row(1, 0, 70)
     passes = plan_passes([step, prompt], 512, invariant=True)
-    assert _long(passes) == {(1, position) for position in range(70)}
+    assert _long(passes) == {(1, position) for position in range(69)}  # the scored last token: a short pass
     assert all(len(entries) < MANY_TOKENS for entries in passes if entries[0].row == 0)
     assert _in_order(passes, [step, prompt])
 
@@ -35,7 +36,7 @@ def test_a_prompts_chunks_are_the_same_alone_and_beside_others():
     prompt = _row(0, 0, 1100)  # chunks 0-511, 512-1023, and a 76-token tail
     alone = plan_passes([prompt], 512, invariant=True)
     beside = plan_passes([_row(1, 40, 5), _row(2, 0, 30), prompt, _row(3, 300, 9)], 512, invariant=True)
-    assert [len(entries) for entries in alone] == [512, 512, 76]
+    assert [len(entries) for entries in alone] == [512, 512, 75, 1]
     assert {e.position for e in alone[0]} == set(range(512))
     assert _long(alone) == {key for key in _long(beside) if key[0] == 0}
 
@@ -52,7 +53,7 @@ def test_a_row_starting_before_a_chunk_boundary_decodes_its_short_head_first():
     rows = [_row(0, 0, 3), _row(1, 500, 100)]  # row 1: 12 tokens up to 511, then 88 from 512 on
     passes = plan_passes(rows, 512, invariant=True)
     assert _in_order(passes, rows)
-    assert _long(passes) == {(1, position) for position in range(512, 600)}
+    assert _long(passes) == {(1, position) for position in range(512, 599)}
 
 
 def test_negative_control_a_draft_packs_everything_into_full_passes():
@@ -60,13 +61,36 @@ def test_negative_control_a_draft_packs_everything_into_full_passes():
     assert len(passes) == 1 and (0, 55) in _long(passes)
 
 
-def test_with_equal_rows_a_short_pass_holds_pieces_of_one_length():
-    rows = [_row(0, 10, 1), _row(1, 20, 5), _row(2, 30, 1), _row(3, 40, 6), _row(4, 0, 70)]
+def test_with_equal_rows_a_short_pass_holds_pieces_of_one_length_from_consecutive_sequences():
+    rows = [_row(3, 40, 6, scored=6), _row(1, 20, 5, scored=5), _row(0, 10, 1), _row(2, 30, 1), _row(4, 0, 70), _row(5, 9, 1)]
     passes = plan_passes(rows, 512, invariant=True, equal_rows=True)
-    assert all(
-        len({entry.row for entry in entries}) * len([e for e in entries if e.row == entries[0].row]) == len(entries) for entries in passes
-    )
-    assert sorted(sorted({entry.row for entry in entries}) for entries in passes) == [[0, 2], [1], [3], [4]]
+    assert all(len({len(_of_row(entries, entry.row)) for entry in entries}) == 1 for entries in passes)
+    # the 1-token pieces of sequences 0 and 2 cannot share a pass (1 lies between); 4's scored last token and 5's can
+    assert sorted([entry.seq_id for entry in entries] for entries in passes if len(entries) < MANY_TOKENS) == [
+        [0],
+        [1] * 5,
+        [2],
+        [3] * 6,
+        [4, 5],
+    ]
+    assert all([entry.seq_id for entry in entries] == sorted(entry.seq_id for entry in entries) for entries in passes)
+    assert _in_order(passes, sorted(rows, key=lambda row: row[0].row))
+    # negative control: without equal_rows the short pieces share one pass, the lengths and sequences mixed
+    assert any({0, 1, 2, 3} <= {entry.row for entry in entries} for entries in plan_passes(rows, 512, invariant=True))
+
+
+def test_a_prompt_runs_in_the_same_passes_with_or_without_a_block_after_it():
+    # 60 prompt tokens: a short pass; with a draft block of 5 after them the row is 65 tokens long
+    for prompt in (_row(0, 0, 60), _row(0, 0, 200)):
+        with_block = [*prompt[:-1], *_row(0, 0, len(prompt) + 5, scored=6)[len(prompt) - 1 :]]
+        long_alone = _long(plan_passes([prompt], 512, invariant=True))
+        assert long_alone == {key for key in _long(plan_passes([with_block], 512, invariant=True)) if key[1] < len(prompt)}
+    # negative control: a row not cut before its scored tokens runs the 60 prompt tokens in a pass of 65
+    assert (0, 0) in _long(plan_passes([_row(0, 0, 65, scored=65)], 512, invariant=True))
+
+
+def test_a_rows_pieces_of_different_lengths_keep_their_order_with_equal_rows():
+    rows = [_row(0, 0, 30, scored=5), _row(1, 0, 25, scored=1), _row(2, 0, 40, scored=25)]
+    passes = plan_passes(rows, 512, invariant=True, equal_rows=True)
     assert _in_order(passes, rows)
-    # negative control: without equal_rows the short pieces share one pass, the lengths mixed
-    assert [0, 1, 2, 3] in [sorted({entry.row for entry in entries}) for entries in plan_passes(rows, 512, invariant=True)]
+    assert all(len({len(_of_row(entries, entry.row)) for entry in entries}) == 1 for entries in passes)
