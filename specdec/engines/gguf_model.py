@@ -41,7 +41,7 @@ import torch
 
 from specdec.batching.kv_store import KVBudget
 from specdec.engines.gguf_library import llama_log, load_model, token_text
-from specdec.engines.gguf_passes import Entry, plan_passes
+from specdec.engines.gguf_passes import PADDING, Entry, plan_passes
 from specdec.engines.gguf_prefix import GgufPrefixStore
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, ModelLoadError
 
@@ -283,15 +283,19 @@ class GgufModel:
         try:
             self._decode_entries(entries, outputs, logits)
         finally:
-            if padding:
-                self.lib.llama_memory_seq_rm(self.memory, padding[0].seq_id, padding[0].position, -1)
+            first_padding: dict[int, int] = {}  # per sequence: where its padding begins (the planner's and this pass's)
+            for entry in entries:
+                if entry.row == PADDING:
+                    first_padding[entry.seq_id] = min(entry.position, first_padding.get(entry.seq_id, entry.position))
+            for seq_id, position in first_padding.items():
+                self.lib.llama_memory_seq_rm(self.memory, seq_id, position, -1)
 
     def _padding(self, last: Entry, count: int) -> list[Entry]:
         """`count` tokens that lengthen a short pass: on the scratch sequence, or after `last` in its own sequence
         (per_session_kv: a sequence's own stream; the next decode of it starts before them)."""
         if self.scratch_seq_id is not None:
-            return [Entry(-1, self.scratch_seq_id, position, 0, False) for position in range(count)]
-        return [Entry(-1, last.seq_id, last.position + 1 + offset, 0, False) for offset in range(count)]
+            return [Entry(PADDING, self.scratch_seq_id, position, 0, False) for position in range(count)]
+        return [Entry(PADDING, last.seq_id, last.position + 1 + offset, 0, False) for offset in range(count)]
 
     def _decode_entries(self, entries: Sequence[Entry], outputs: list[bool], logits: list[list[torch.Tensor]]) -> None:
         batch = self.batch

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 MANY_TOKENS = 64  # a pass this long runs llama.cpp's many-token kernels (measured; the module's NOTE)
+PADDING = -1  # the row index of a token that only lengthens a pass; its cells are removed after the pass
 
 
 class Entry(NamedTuple):
@@ -37,37 +38,56 @@ def plan_passes(
     """The passes that decode `rows` (each row's entries in position order), each at most `max_tokens` long.
 
     With `invariant`, a token's pass length class (under or over `many_tokens`) depends on its row alone;
-    each row's entries keep their order across passes. With `equal_rows`, a short pass holds pieces of one length
-    from consecutive sequence ids, in order: llama.cpp splits any other decode of sessions in streams of their own
-    (GgufOptions.per_session_kv) into passes of equal shares per run of ids, which can leave a lone token in a
-    pass of its own (the one-token kernels)."""
+    each row's entries keep their order across passes. With `equal_rows`, a short pass holds pieces of consecutive
+    sequence ids, in order, each padded to the longest (PADDING entries after its last token): llama.cpp splits any
+    other decode of sessions in streams of their own (GgufOptions.per_session_kv) into passes of equal shares per
+    run of ids, which can leave a lone token in a pass of its own (the one-token kernels)."""
     if not invariant:
         flat = [entry for row in rows for entry in row]
         return [flat[first : first + max_tokens] for first in range(0, len(flat), max_tokens)]
     passes: list[list[Entry]] = []
-    filling: dict[int, list[Entry]] = {}  # the short passes being filled, by piece length (one key without equal_rows)
-    if equal_rows:
-        rows = sorted(rows, key=lambda row: row[0].seq_id)
-    for row in rows:
+    filling: list[list[Entry]] = []  # the pieces of the short pass being filled
+
+    def flush() -> None:
+        if filling:
+            passes.append(_padded(filling) if equal_rows else [entry for piece in filling for entry in piece])
+            filling.clear()
+
+    for row in sorted(rows, key=lambda row: row[0].seq_id) if equal_rows else rows:
         for piece in _pieces(row, max_tokens):
-            # NOTE: a pass holding the row's earlier piece is decoded first (and a row has one piece in a pass)
-            for key in [key for key, entries in filling.items() if any(entry.row == piece[0].row for entry in entries)]:
-                passes.append(filling.pop(key))
+            if any(earlier[0].row == piece[0].row for earlier in filling):
+                flush()  # NOTE: the row's earlier piece is decoded first
             if len(piece) >= many_tokens:
                 passes.append(piece)
-                continue
-            key = len(piece) if equal_rows else 0
-            if len(filling.get(key, ())) + len(piece) >= many_tokens or (equal_rows and not _next_in_run(filling.get(key), piece)):
-                passes.append(filling.pop(key))
-            filling.setdefault(key, []).extend(piece)
-    passes.extend(filling.values())
+            else:
+                if not _fits(filling, piece, equal_rows, many_tokens):
+                    flush()
+                filling.append(piece)
+    flush()
     return passes
 
 
-def _next_in_run(entries: list[Entry] | None, piece: list[Entry]) -> bool:
-    """Whether `piece` may join the pass `entries` as the next stream: llama.cpp decodes streams in one pass only
-    where their sequence ids are consecutive and in order (llama_batch_allocr::split_equal)."""
-    return not entries or entries[-1].seq_id + 1 == piece[0].seq_id
+def _fits(filling: list[list[Entry]], piece: list[Entry], equal_rows: bool, many_tokens: int) -> bool:
+    """Whether `piece` may join the short pass of `filling` and keep it short (and, with equal rows, one run of ids)."""
+    if not filling:
+        return True
+    if not equal_rows:
+        return sum(map(len, filling)) + len(piece) < many_tokens
+    consecutive = filling[-1][0].seq_id + 1 == piece[0].seq_id  # llama_batch_allocr::split_equal's runs
+    return consecutive and (len(filling) + 1) * max(len(piece), *map(len, filling)) < many_tokens
+
+
+def _padded(pieces: list[list[Entry]]) -> list[Entry]:
+    """The pieces as one pass, each lengthened to the longest by padding tokens after its last (no logits read)."""
+    longest = max(map(len, pieces))
+    return [
+        entry
+        for piece in pieces
+        for entry in (
+            *piece,
+            *(Entry(PADDING, piece[-1].seq_id, piece[-1].position + 1 + k, 0, False) for k in range(longest - len(piece))),
+        )
+    ]
 
 
 def _pieces(row: Sequence[Entry], max_tokens: int) -> list[list[Entry]]:

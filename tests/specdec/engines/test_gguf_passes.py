@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdec.engines.gguf_passes import MANY_TOKENS, Entry, plan_passes
+from specdec.engines.gguf_passes import MANY_TOKENS, PADDING, Entry, plan_passes
 
 
 def _row(index: int, start: int, length: int, scored: int = 1) -> list[Entry]:
@@ -61,22 +61,27 @@ def test_negative_control_a_draft_packs_everything_into_full_passes():
     assert len(passes) == 1 and (0, 55) in _long(passes)
 
 
-def test_with_equal_rows_a_short_pass_holds_pieces_of_one_length_from_consecutive_sequences():
+def _per_sequence(entries) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for entry in entries:
+        counts[entry.seq_id] = counts.get(entry.seq_id, 0) + 1
+    return counts
+
+
+def test_with_equal_rows_a_short_pass_holds_consecutive_sequences_in_order_padded_to_one_length():
     rows = [_row(3, 40, 6, scored=6), _row(1, 20, 5, scored=5), _row(0, 10, 1), _row(2, 30, 1), _row(4, 0, 70), _row(5, 9, 1)]
     passes = plan_passes(rows, 512, invariant=True, equal_rows=True)
-    assert all(len({len(_of_row(entries, entry.row)) for entry in entries}) == 1 for entries in passes)
-    # the 1-token pieces of sequences 0 and 2 cannot share a pass (1 lies between); 4's scored last token and 5's can
-    assert sorted([entry.seq_id for entry in entries] for entries in passes if len(entries) < MANY_TOKENS) == [
-        [0],
-        [1] * 5,
-        [2],
-        [3] * 6,
-        [4, 5],
-    ]
-    assert all([entry.seq_id for entry in entries] == sorted(entry.seq_id for entry in entries) for entries in passes)
-    assert _in_order(passes, sorted(rows, key=lambda row: row[0].row))
-    # negative control: without equal_rows the short pieces share one pass, the lengths and sequences mixed
-    assert any({0, 1, 2, 3} <= {entry.row for entry in entries} for entries in plan_passes(rows, 512, invariant=True))
+    short = [entries for entries in passes if len(entries) < MANY_TOKENS]
+    assert [_per_sequence(entries) for entries in short] == [dict.fromkeys(range(6), 6)]
+    assert [entry.seq_id for entry in short[0]] == sorted(entry.seq_id for entry in short[0])
+    padding = [entry for entry in short[0] if entry.row == PADDING]
+    assert len(padding) == 5 + 1 + 5 + 0 + 5 + 5 and not any(entry.wants_logits for entry in padding)
+    real = [entry for entries in passes for entry in entries if entry.row != PADDING]
+    assert _in_order([real], sorted(rows, key=lambda row: row[0].row))
+    # sequences 0 and 2 (1 between them ended) cannot share a pass
+    assert len(plan_passes([_row(0, 10, 1), _row(2, 30, 1)], 512, invariant=True, equal_rows=True)) == 2
+    # negative control: without equal_rows the short pieces share one pass, lengths as they came
+    assert {len(entries) for entries in plan_passes(rows, 512, invariant=True) if len(entries) < MANY_TOKENS} == {15}
 
 
 def test_a_prompt_runs_in_the_same_passes_with_or_without_a_block_after_it():
@@ -89,8 +94,8 @@ def test_a_prompt_runs_in_the_same_passes_with_or_without_a_block_after_it():
     assert (0, 0) in _long(plan_passes([_row(0, 0, 65, scored=65)], 512, invariant=True))
 
 
-def test_a_rows_pieces_of_different_lengths_keep_their_order_with_equal_rows():
+def test_a_rows_pieces_keep_their_order_with_equal_rows():
     rows = [_row(0, 0, 30, scored=5), _row(1, 0, 25, scored=1), _row(2, 0, 40, scored=25)]
     passes = plan_passes(rows, 512, invariant=True, equal_rows=True)
-    assert _in_order(passes, rows)
-    assert all(len({len(_of_row(entries, entry.row)) for entry in entries}) == 1 for entries in passes)
+    assert _in_order([[entry for entries in passes for entry in entries if entry.row != PADDING]], rows)
+    assert all(len(set(_per_sequence(entries).values())) == 1 for entries in passes)
