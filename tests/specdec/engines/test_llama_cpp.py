@@ -154,45 +154,44 @@ def test_blocks_of_different_lengths_in_one_decode_score_as_each_does_alone(tiny
         gguf.close()
 
 
-def test_rows_cut_into_pieces_of_several_lengths_decode_each_in_order(tiny_ggufs):
-    # a prompt (its last token scored: pieces of 29 and 1) beside a continuation of 5 unscored then 5 scored tokens
+@pytest.fixture
+def per_session_gguf(tiny_ggufs):
+    """The tiny target's GGUF with KV cells per session, closed after the test (its sessions with it)."""
     gguf = _tiny_gguf(tiny_ggufs.target, per_session_kv=True)
-    try:
-        seats = [gguf.take_seat(128, 1) for _ in range(2)]
-        gguf.decode([GgufRow(seats[1], PREFIX, 0, 1)])
-        rows = [GgufRow(seats[0], LONG_PROMPT[:30], 0, 1), GgufRow(seats[1], (NEXT * 2)[:10], 55, 5)]
-        together = gguf.decode(rows)
-        alone = [gguf.decode([row])[0] for row in rows]
-        assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
-    finally:
-        for seat in seats:
-            gguf.release(seat)
-        gguf.close()
+    yield gguf
+    gguf.close()
 
 
-def test_steps_of_sessions_with_ids_out_of_order_and_apart_score_as_each_does_alone(tiny_ggufs):
+def _equal_together_and_alone(gguf, rows: list[GgufRow]) -> list[torch.Tensor]:
+    """Score `rows` in one decode, then each alone; asserts they agree bit for bit and returns the rows alone."""
+    together = gguf.decode(rows)
+    alone = [gguf.decode([row])[0] for row in rows]
+    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
+    return alone
+
+
+def test_rows_cut_into_pieces_of_several_lengths_decode_each_in_order(per_session_gguf):
+    # a prompt (its last token scored: pieces of 29 and 1) beside a continuation of 5 unscored then 5 scored tokens
+    seats = [per_session_gguf.take_seat(128, 1) for _ in range(2)]
+    per_session_gguf.decode([GgufRow(seats[1], PREFIX, 0, 1)])
+    _equal_together_and_alone(per_session_gguf, [GgufRow(seats[0], LONG_PROMPT[:30], 0, 1), GgufRow(seats[1], (NEXT * 2)[:10], 55, 5)])
+
+
+def test_steps_of_sessions_with_ids_out_of_order_and_apart_score_as_each_does_alone(per_session_gguf):
     # llama.cpp decodes sessions in streams of their own as one pass only for consecutive ids in order: sessions
     # 2 and 0 (1 between them ended) must not be left in one-token passes
-    gguf = _tiny_gguf(tiny_ggufs.target, per_session_kv=True)
+    gguf = per_session_gguf
     seats = [gguf.take_seat(128, 1) for _ in range(3)]
-    try:
+    for seat in seats:
+        gguf.decode([GgufRow(seat, PREFIX, 0, 1)])
+    alone = _equal_together_and_alone(gguf, [GgufRow(seats[2], NEXT[:1], 55, 1), GgufRow(seats[0], NEXT[1:2], 55, 1)])
+    # negative control: the two rows in one llama_decode, which llama.cpp splits into two one-token passes
+    logits = [[], []]
+    with gguf._lock:
         for seat in seats:
-            gguf.decode([GgufRow(seat, PREFIX, 0, 1)])
-        rows = [GgufRow(seats[2], NEXT[:1], 55, 1), GgufRow(seats[0], NEXT[1:2], 55, 1)]
-        together = gguf.decode(rows)
-        alone = [gguf.decode([row])[0] for row in rows]
-        assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))
-        # negative control: the two rows in one llama_decode, which llama.cpp splits into two one-token passes
-        logits = [[], []]
-        with gguf._lock:
-            for seat in seats:
-                gguf._truncate(seat, 55)
-            gguf._decode_chunk([Entry(0, 2, 55, NEXT[0], True), Entry(1, 0, 55, NEXT[1], True)], logits)
-        assert not torch.equal(alone[0], logits[0][0])
-    finally:
-        for seat in seats:
-            gguf.release(seat)
-        gguf.close()
+            gguf._truncate(seat, 55)
+        gguf._decode_chunk([Entry(0, 2, 55, NEXT[0], True), Entry(1, 0, 55, NEXT[1], True)], logits)
+    assert not torch.equal(alone[0], logits[0][0])
 
 
 def test_negative_control_in_the_shared_pool_a_prompt_after_another_sessions_cells_scores_otherwise(tiny_ggufs):
