@@ -21,8 +21,9 @@ sessions' and in the holes their rollbacks leave. Attention adds up a sequence's
 64 or more tokens in tiles of 64 cells; so on SmolLM2 bf16 a session's logits moved by up to 0.35 with where its
 cells began (benchmarks/kv_invariance.py). `per_session_kv` gives each sequence a stream of its own (llama.cpp's
 kv_unified off): its cells then start at 0 and follow its positions whatever else runs, and a target's text is the
-same at any load. Each session then holds context_tokens / max_sequences cells, and llama.cpp splits a decode
-whose sessions feed different numbers of tokens into passes of equal numbers.
+same at any load. Each session then holds context_tokens / max_sequences cells (less room for padding), and
+llama.cpp decodes several streams as one pass only where their ids run consecutively and their rows are of one
+length, which gguf_passes.plan_passes arranges.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import torch
 
 from specdec.batching.kv_store import KVBudget
 from specdec.engines.gguf_library import llama_log, load_model, token_text
-from specdec.engines.gguf_passes import PADDING, Entry, plan_passes
+from specdec.engines.gguf_passes import MANY_TOKENS, PADDING, Entry, plan_passes
 from specdec.engines.gguf_prefix import GgufPrefixStore
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, ModelLoadError
 
@@ -176,7 +177,8 @@ class GgufModel:
     def _new_budget(self) -> KVBudget:
         lib, options = self.lib, self.options
         if options.per_session_kv:
-            self.session_cells = int(lib.llama_n_ctx_seq(self.context))
+            # NOTE: a short pass pads its rows past their last token (gguf_passes._padded): fewer than MANY_TOKENS cells
+            self.session_cells = int(lib.llama_n_ctx_seq(self.context)) - MANY_TOKENS
             return KVBudget(self.session_cells * self.max_sequences, self._kv_bytes_per_token())
         self.session_cells = None
         # held apart from the sessions': the padding's cells for the length of one pass, and the kept prefix's
