@@ -42,10 +42,11 @@ def _load_llama_cpp(source: str, models: ModelSection, threads: int | None, max_
         context_tokens=models.target_context_tokens,
         max_sequences=max_sequences,
         device=models.device,
-        # NOTE: no prompt cache for a target: a prefix whose KV another session computed is not bit-identical to
-        # one computed for this session on llama.cpp (SmolLM2 bf16, measured), so a seeded request's text would
-        # depend on what was served before it (tests/verify_service/test_seeded_llama_cpp.py). A draft keeps it.
-        prompt_cache_tokens=0,
+        # NOTE: in the shared pool no prompt cache: a prefix whose KV another session computed is not bit-identical
+        # to one computed for this session (SmolLM2 bf16, measured), so a seeded request's text would depend on what
+        # was served before it. With cells per session, kept copies are taken only where bit-identical
+        # (engines/gguf_prompt_cache.py; tests/verify_service/test_seeded_llama_cpp.py).
+        prompt_cache_tokens=0 if models.target_kv_shared else models.target_prompt_cache_tokens,
         per_session_kv=not models.target_kv_shared,
     )
     return load_llama_cpp_target(source, settings)

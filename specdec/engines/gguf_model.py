@@ -29,7 +29,6 @@ length, which gguf_passes.plan_passes arranges.
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
 import os
 import threading
@@ -44,6 +43,8 @@ from specdec.batching.kv_store import KVBudget
 from specdec.engines.gguf_library import llama_log, load_model, token_text
 from specdec.engines.gguf_passes import MANY_TOKENS, PADDING, Entry, plan_passes
 from specdec.engines.gguf_prefix import GgufPrefixStore
+from specdec.engines.gguf_prompt_cache import GgufPromptCache
+from specdec.engines.gguf_seats import LowestFirst, Seat
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,9 @@ class GgufOptions:
     max_sequences: int  # sessions open at once
     device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
     min_pass_tokens: int = 1  # 2: every pass runs the many-token kernels (batch invariance; the module's NOTE)
-    prompt_cache_tokens: int = 0  # of the last finished sequence, kept for the next that starts alike (gguf_prefix.py)
+    # finished sequences' tokens kept for later sessions that start alike: in the shared pool the last one's cells
+    # (gguf_prefix.py), with cells per session copies in host memory (gguf_prompt_cache.py)
+    prompt_cache_tokens: int = 0
     per_session_kv: bool = False  # each session its own cells (context_tokens split evenly): the module's NOTE on sessions
     failure: type[Exception] = DraftUnavailableError  # what a failed decode raises: a draft's is a fallback, a target's is not
 
@@ -77,35 +80,6 @@ class GgufVocabulary:
 
     def __len__(self) -> int:
         return len(self.tokens)
-
-
-class Seat:
-    """One session's place in the context: a sequence id and its reserved KV cells."""
-
-    def __init__(
-        self, seq_id: int, budget: KVBudget, capacity: int, failure: type[Exception] = DraftUnavailableError, limit: int | None = None
-    ) -> None:
-        self.seq_id = seq_id
-        self.budget = budget
-        self.capacity = capacity
-        self.failure = failure
-        self.limit = limit  # the cells of its own (per_session_kv), else None: it grows within the shared pool
-        self.length = 0  # positions llama.cpp holds for this sequence
-        self.released = False
-
-    def ensure_capacity(self, tokens: int) -> None:
-        if tokens <= self.capacity:
-            return
-        if self.limit is not None:  # its cells were all taken at the start
-            raise self.failure(f"a session holds at most {self.limit} KV cells of its own; raise model.target_context_tokens")
-        grown = max(tokens, 2 * self.capacity)
-        if not self.budget.try_grow(grown - self.capacity):
-            # A draft cannot go on, but the generation can: verify continues with the target alone.
-            raise self.failure(
-                f"the gguf model's KV cache is full ({self.budget.used_tokens} of {self.budget.capacity_tokens} "
-                f"cells in use); raise model.gguf_context_tokens"
-            )
-        self.capacity = grown
 
 
 @dataclass
@@ -138,9 +112,7 @@ class GgufModel:
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.max_context = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.tokenizer = GgufVocabulary([token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
-        cached = options.prompt_cache_tokens > 0
-        if cached and options.per_session_kv:
-            raise ValueError("a prompt cache shares cells between sessions: it needs the shared KV pool")
+        cached = options.prompt_cache_tokens > 0 and not options.per_session_kv  # a sequence of the store's own
         scratch = options.min_pass_tokens > 1 and not options.per_session_kv  # else a short pass pads its own sequence
         self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - scratch - cached)
         self.scratch_seq_id = self.max_sequences if scratch else None  # where a short pass's padding goes
@@ -148,11 +120,9 @@ class GgufModel:
         self.context = self._new_context()
         self.memory = llama_cpp.llama_get_memory(self.context)
         self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
-        self.prefixes = (
-            GgufPrefixStore(llama_cpp, self.memory, self.max_sequences + scratch, options.prompt_cache_tokens) if cached else None
-        )
+        self.prefixes = self._prompt_cache(self.max_sequences + scratch) if options.prompt_cache_tokens else None
         self.budget = self._new_budget()
-        self._free_seq_ids = _LowestFirst(range(self.max_sequences))
+        self._free_seq_ids = LowestFirst(range(self.max_sequences))
 
     def _new_context(self):
         lib, options = self.lib, self.options
@@ -174,6 +144,12 @@ class GgufModel:
             )
         return context
 
+    def _prompt_cache(self, store_seq_id: int) -> GgufPromptCache | GgufPrefixStore:
+        tokens = self.options.prompt_cache_tokens
+        if self.options.per_session_kv:
+            return GgufPromptCache(self.lib, self.context, self.memory, tokens, _BATCH_TOKENS)
+        return GgufPrefixStore(self.lib, self.memory, store_seq_id, tokens)
+
     def _new_budget(self) -> KVBudget:
         lib, options = self.lib, self.options
         if options.per_session_kv:
@@ -182,7 +158,7 @@ class GgufModel:
             return KVBudget(self.session_cells * self.max_sequences, self._kv_bytes_per_token())
         self.session_cells = None
         # held apart from the sessions': the padding's cells for the length of one pass, and the kept prefix's
-        reserved_cells = options.min_pass_tokens - 1 + options.prompt_cache_tokens
+        reserved_cells = options.min_pass_tokens - 1 + options.prompt_cache_tokens  # a shared pool's store holds cells
         return KVBudget(int(lib.llama_n_ctx(self.context)) - reserved_cells, self._kv_bytes_per_token())
 
     def _kv_bytes_per_token(self) -> int:
@@ -219,7 +195,7 @@ class GgufModel:
         with self._lock:
             if self.context is None:
                 return 0
-            seat.length = self.prefixes.attach(seat.seq_id, token_ids, limit)
+            seat.length = self.prefixes.attach(seat, token_ids, limit)
         return seat.length
 
     def release(self, seat: Seat, token_ids: Sequence[int] = ()) -> None:
@@ -232,7 +208,7 @@ class GgufModel:
             # touch the freed context: its memory went with it.
             if self.context is not None:
                 if self.prefixes is not None:
-                    self.prefixes.keep(seat.seq_id, token_ids[: seat.length])
+                    self.prefixes.keep(seat, token_ids)
                 self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, 0, -1)
         self.budget.release(seat.capacity)
         self._free_seq_ids.give(seat.seq_id)
@@ -256,6 +232,8 @@ class GgufModel:
                 self._truncate(row.seat, row.start)
             try:
                 for entries_of_pass in passes:
+                    if self.prefixes is not None:
+                        _mark_classes(rows, entries_of_pass)
                     self._decode_chunk(entries_of_pass, logits)
             finally:
                 for row in rows:  # on failure llama.cpp may keep part of the batch: the next decode removes it
@@ -328,6 +306,7 @@ class GgufModel:
         return (
             f"{size / 2**20:.1f} MiB GGUF weights, {cells} KV cells, {layout} ({cells * self.budget.bytes_per_token / 2**20:.0f} MiB), "
             f"{self.options.threads} llama.cpp threads, up to {self.max_sequences} sessions"
+            + (f", prompt cache of {self.options.prompt_cache_tokens} tokens" if self.prefixes is not None else "")
         )
 
     @functools.lru_cache(maxsize=2)  # noqa: B019 -- one model per process, kept for its lifetime
@@ -346,25 +325,12 @@ class GgufModel:
                 self.context = None
 
 
-class _LowestFirst:
-    """Free sequence ids, the lowest taken first: sessions then hold ids in a run, which llama.cpp decodes as one
-    pass with a stream per session only where the ids are consecutive (gguf_passes.plan_passes)."""
-
-    def __init__(self, ids) -> None:
-        self._free = list(ids)
-        heapq.heapify(self._free)
-        self._changed = threading.Condition()
-
-    def take(self, timeout_s: float | None) -> int:
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._free, timeout_s):
-                raise TimeoutError
-            return heapq.heappop(self._free)
-
-    def give(self, seq_id: int) -> None:
-        with self._changed:
-            heapq.heappush(self._free, seq_id)
-            self._changed.notify()
+def _mark_classes(rows: list[GgufRow], entries: Sequence[Entry]) -> None:
+    """Record which class of pass computes each of its rows' positions (a prompt cache reuses cells of one class)."""
+    long = len(entries) >= MANY_TOKENS
+    for entry in entries:
+        if entry.row != PADDING:
+            rows[entry.row].seat.mark(entry.position, long)
 
 
 def load_gguf(path: str | Path, options: GgufOptions) -> GgufModel:

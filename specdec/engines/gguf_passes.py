@@ -102,3 +102,14 @@ def _pieces(row: Sequence[Entry], max_tokens: int) -> list[list[Entry]]:
             pieces.append([])
         pieces[-1].append(entry)
     return pieces
+
+
+def long_positions(first_scored: int, max_tokens: int, many_tokens: int = MANY_TOKENS) -> bytes:
+    """Per position of a prompt decoded from its start, up to its first scored token: 1 where the position runs in
+    a pass of `many_tokens` or more (its piece, as `_pieces` cuts it, is that long), else 0."""
+    flags = bytearray(first_scored)
+    for start in range(0, first_scored, max_tokens):
+        end = min(start + max_tokens, first_scored)
+        if end - start >= many_tokens:
+            flags[start:end] = b"\x01" * (end - start)
+    return bytes(flags)

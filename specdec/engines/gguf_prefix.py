@@ -9,8 +9,8 @@ llama.cpp's own server does the same per slot (`cache_prompt`).
 NOTE (lossless): on the tiny float32 model a position's KV cells are bit-identical however the prefix was split
 into decodes and whether they were computed here or shared (tests/specdec/engines/test_gguf_prefix.py); on
 SmolLM2 bf16 a shared prefix is not, and a seeded request's text changed with what ran before it. So only
-drafts use the store (a draft's candidates never change an output); targets load with it off
-(specdec/engines/__init__.py, tests/verify_service/test_seeded_llama_cpp.py).
+drafts use this store (a draft's candidates never change an output); a target, whose sessions have cells of their
+own, keeps copies instead, taken only where bit-identical (gguf_prompt_cache.py).
 
 NOTE: every method runs under the model's lock (GgufModel._lock), as every decode does.
 """
@@ -32,17 +32,17 @@ class GgufPrefixStore:
         self.token_ids: list[int] = []
         self.reused_tokens = 0  # prefill tokens the store has saved so far
 
-    def keep(self, seq_id: int, token_ids: Sequence[int]) -> None:
-        """Hold the first `max_tokens` cells of sequence `seq_id` (holding `token_ids`) in place of the last ones kept."""
-        kept = list(token_ids[: self.max_tokens])
+    def keep(self, seat, token_ids: Sequence[int]) -> None:
+        """Hold the first `max_tokens` cells of the finished `seat` (holding `token_ids`) in place of the last ones kept."""
+        kept = list(token_ids[: min(self.max_tokens, seat.length)])
         if len(kept) < MIN_SHARED_TOKENS:
             return
         self.lib.llama_memory_seq_rm(self.memory, self.seq_id, 0, -1)
-        self.lib.llama_memory_seq_cp(self.memory, seq_id, self.seq_id, 0, len(kept))
+        self.lib.llama_memory_seq_cp(self.memory, seat.seq_id, self.seq_id, 0, len(kept))
         self.token_ids = kept
 
-    def attach(self, seq_id: int, token_ids: Sequence[int], limit: int) -> int:
-        """Give the empty sequence `seq_id` the cells of the longest kept prefix of `token_ids`, at most `limit`
+    def attach(self, seat, token_ids: Sequence[int], limit: int) -> int:
+        """Give the empty `seat` the cells of the longest kept prefix of `token_ids`, at most `limit`
         of them (the tokens whose logits are wanted must still be decoded); returns how many it got."""
         shared = 0
         for kept, token_id in zip(self.token_ids[:limit], token_ids, strict=False):
@@ -51,7 +51,7 @@ class GgufPrefixStore:
             shared += 1
         if shared < MIN_SHARED_TOKENS:
             return 0
-        self.lib.llama_memory_seq_cp(self.memory, self.seq_id, seq_id, 0, shared)
+        self.lib.llama_memory_seq_cp(self.memory, self.seq_id, seat.seq_id, 0, shared)
         self.reused_tokens += shared
         return shared
 

@@ -9,7 +9,8 @@ NOTE (batch invariance): every pass has at least two tokens (GgufOptions.min_pas
 more hold one request's prompt chunk only (gguf_passes.py), and each session has KV cells of its own
 (GgufOptions.per_session_kv): then a position's logits are bit-identical whether it is scored alone, inside a
 verify pass of any K, or beside other sessions, so greedy speculation on equals off and a seeded coupled
-request is the same text at any load. Token trees are refused: a llama.cpp sequence holds one chain.
+request is the same text at any load and whatever was served before (gguf_prompt_cache.py). Token trees are
+refused: a llama.cpp sequence holds one chain.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import torch
 
 from specdec.batching.runner import BatchingOptions
 from specdec.batching.scheduler import BatchScheduler
-from specdec.engines.gguf_model import GgufModel, GgufOptions, GgufRow, Seat, load_gguf
+from specdec.engines.gguf_model import GgufModel, GgufOptions, GgufRow, load_gguf
+from specdec.engines.gguf_seats import Seat
 from specdec.errors import SpecdecError
 from specdec.kv_cache import PrefixCache
 
@@ -136,7 +138,7 @@ class LlamaCppSettings:
     context_tokens: int
     max_sequences: int
     device: str = "auto"
-    prompt_cache_tokens: int = 0  # engines/gguf_prefix.py
+    prompt_cache_tokens: int = 0  # engines/gguf_prompt_cache.py (cells per session) or gguf_prefix.py (shared pool)
     per_session_kv: bool = True  # each session its own cells (gguf_model.py's NOTE on sessions)
 
 

@@ -66,6 +66,14 @@ class ModelSection(_Section):
         description="llama_cpp target: one pool of cells all sessions share instead (a session may use the whole pool, "
         "but its logits then move with where its cells land: greedy and seeded texts may change with the load)",
     )
+    target_prompt_cache_tokens: int = Field(
+        16384,
+        ge=0,
+        le=1 << 22,
+        description="llama_cpp target with KV cells per session: tokens of finished sessions kept in host memory "
+        "(least recently used dropped) for later requests whose prompt begins alike, such as a conversation's next "
+        "turn; 0 turns it off",
+    )
     layer_skip_layers: int | None = Field(None, ge=1, description="target layers the layer-skip draft keeps; default half")
     device: str = "auto"
     draft_device: str = "auto"
