@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from specdec.batching.kv_store import KVBudget
 from specdec.batching.packed_forward import PackedRow
@@ -28,6 +28,11 @@ class BatchMetrics:
             registry=registry,
         )
         self.kv_sessions = Gauge("specdec_kv_cache_sessions", "Sessions holding a KV cache", registry=registry)
+        # vLLM's names: prompt tokens looked up in the prompt cache, and those whose KV it held (no prefill for them)
+        self.prefix_cache_queries = Counter(
+            "specdec_prefix_cache_queries", "Prompt tokens looked up in the prompt cache", registry=registry
+        )
+        self.prefix_cache_hits = Counter("specdec_prefix_cache_hits", "Prompt tokens whose KV the prompt cache held", registry=registry)
         self.budget: KVBudget | None = None  # known from the first pass; read at scrape time
         self.kv_tokens.labels("used").set_function(lambda: self._read("used_tokens"))
         self.kv_tokens.labels("free").set_function(lambda: self._read("free_tokens"))
@@ -39,6 +44,10 @@ class BatchMetrics:
         self.budget = rows[0].kv.budget
         self.batch_size.observe(len(rows))
         self.batch_tokens.observe(sum(len(row.input_ids) for row in rows))
+
+    def observe_prompt(self, prompt_tokens: int, cached_tokens: int) -> None:
+        self.prefix_cache_queries.inc(prompt_tokens)
+        self.prefix_cache_hits.inc(cached_tokens)
 
     def _read(self, name: str, bytes_per_token: bool = False) -> float:
         budget = self.budget

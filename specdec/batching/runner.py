@@ -29,6 +29,7 @@ class BatchingOptions:
     kv_cache_fraction: float | None = None  # None with kv_cache_bytes None: unbounded (in-process use)
     admission_timeout_s: float | None = None  # longest wait for cache room; None: forever
     on_batch: Callable[[list[PackedRow]], None] | None = None  # metrics
+    on_prompt: Callable[[int, int], None] | None = None  # metrics: a prompt's tokens, and how many a prompt cache held
 
     def capacity_tokens(self, shape: KVShape) -> int | None:
         if self.kv_cache_bytes is not None:

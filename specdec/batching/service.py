@@ -31,4 +31,5 @@ def service_batching(section: BatchingSettings, default_max_batch_size: int, reg
         kv_cache_fraction=section.kv_cache_fraction,
         admission_timeout_s=section.admission_timeout_s,
         on_batch=metrics.observe,
+        on_prompt=metrics.observe_prompt,
     )

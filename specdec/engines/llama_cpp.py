@@ -16,6 +16,7 @@ refused: a llama.cpp sequence holds one chain.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,11 +38,14 @@ TREES_REFUSED = (
 class GgufSequence(PrefixCache):
     """One session's sequence in the llama.cpp context."""
 
-    def __init__(self, model: GgufModel, seat: Seat, scheduler: BatchScheduler) -> None:
+    def __init__(
+        self, model: GgufModel, seat: Seat, scheduler: BatchScheduler, on_prompt: Callable[[int, int], None] | None = None
+    ) -> None:
         super().__init__()
         self.model = model
         self.seat = seat
         self.scheduler = scheduler
+        self.on_prompt = on_prompt  # metrics: the prompt's tokens, and how many the prompt cache held
         scheduler.join()
 
     @property
@@ -55,6 +59,8 @@ class GgufSequence(PrefixCache):
         self.seat.ensure_capacity(start + len(new_ids))
         if start == 0:  # the prompt: its start may be cached already (engines/gguf_prefix.py)
             start = self.model.attach_prefix(self.seat, new_ids, len(new_ids) - num_logits)
+            if self.on_prompt is not None:
+                self.on_prompt(len(new_ids), start)
             new_ids = new_ids[start:]
         return self.scheduler.submit(GgufRow(self.seat, new_ids, start, num_logits))
 
@@ -77,7 +83,8 @@ class GgufRunner:
 
     def open_sequence(self, reserve_tokens: int, timeout_s: float | None = None) -> GgufSequence:
         timeout_s = self.options.admission_timeout_s if timeout_s is None else timeout_s
-        return GgufSequence(self.model, self.model.take_seat(max(1, reserve_tokens), timeout_s), self.scheduler)
+        seat = self.model.take_seat(max(1, reserve_tokens), timeout_s)
+        return GgufSequence(self.model, seat, self.scheduler, self.options.on_prompt)
 
     def close(self) -> None:
         self.scheduler.close()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec.batching import BatchingOptions
 from specdec.engines import gguf_prompt_cache
 from specdec.engines.gguf_model import GgufOptions, GgufRow, load_gguf
 from specdec.engines.gguf_passes import long_positions
 from specdec.engines.gguf_prompt_cache import reusable_prefix
+from specdec.engines.llama_cpp import GgufRunner
 
 PROMPT = [(7 * i) % 500 + 5 for i in range(100)]  # its first 99 tokens run in one long pass
 ANSWER = [(11 * i) % 400 + 20 for i in range(20)]  # generated in short passes
@@ -93,3 +95,15 @@ def test_a_later_turn_replaces_its_earlier_one_and_the_least_recently_used_go_fi
     _answered(cached_gguf, other, ANSWER)  # 300 tokens at most: the older conversation goes
     assert len(cache.kept) == 1 and cache.held_tokens == len(other + ANSWER)
     assert _last_logits(cached_gguf, NEXT_TURN)[1] == 0
+
+
+def test_a_sessions_prompt_reports_how_many_of_its_tokens_the_cache_held(cached_gguf):
+    reported = []
+    runner = GgufRunner(cached_gguf, BatchingOptions(max_batch_size=2, on_prompt=lambda tokens, cached: reported.append((tokens, cached))))
+    _answered(cached_gguf, PROMPT, ANSWER)
+    sequence = runner.open_sequence(len(NEXT_TURN) + 8)
+    try:
+        sequence.advance(NEXT_TURN)
+    finally:
+        sequence.release()
+    assert reported == [(len(NEXT_TURN), len(NEXT_TURN) - 1 - 64)]
