@@ -103,7 +103,7 @@ def _build_gguf(config: SpecdecConfig, target: TargetModel | None) -> DraftSide:
     """The GGUF draft, its vocabulary checked against the target's tokenizer (loaded alone in a draft service)."""
     from specdec.drafters.gguf import GgufDrafter, check_gguf_vocabulary
     from specdec.engines.gguf_model import GgufOptions, default_threads, load_gguf
-    from specdec.engines.gguf_prefix import DEFAULT_PROMPT_CACHE_TOKENS
+    from specdec.engines.gguf_prompt_cache import DEFAULT_PROMPT_CACHE_TOKENS
     from specdec.engines.llama_cpp import TREES_REFUSED
 
     models = config.model

@@ -42,7 +42,6 @@ import torch
 from specdec.batching.kv_store import KVBudget
 from specdec.engines.gguf_library import llama_log, load_model, token_text
 from specdec.engines.gguf_passes import MANY_TOKENS, PADDING, Entry, plan_passes
-from specdec.engines.gguf_prefix import GgufPrefixStore
 from specdec.engines.gguf_prompt_cache import GgufPromptCache
 from specdec.engines.gguf_seats import LowestFirst, Seat
 from specdec.errors import CapacityError, DraftUnavailableError, InvalidRequestError, ModelLoadError
@@ -62,9 +61,7 @@ class GgufOptions:
     max_sequences: int  # sessions open at once
     device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
     min_pass_tokens: int = 1  # 2: every pass runs the many-token kernels (batch invariance; the module's NOTE)
-    # finished sequences' tokens kept for later sessions that start alike: in the shared pool the last one's cells
-    # (gguf_prefix.py), with cells per session copies in host memory (gguf_prompt_cache.py)
-    prompt_cache_tokens: int = 0
+    prompt_cache_tokens: int = 0  # of finished sequences, copied for later sessions that start alike (gguf_prompt_cache.py)
     per_session_kv: bool = False  # each session its own cells (context_tokens split evenly): the module's NOTE on sessions
     failure: type[Exception] = DraftUnavailableError  # what a failed decode raises: a draft's is a fallback, a target's is not
 
@@ -112,15 +109,20 @@ class GgufModel:
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.max_context = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.tokenizer = GgufVocabulary([token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
-        cached = options.prompt_cache_tokens > 0 and not options.per_session_kv  # a sequence of the store's own
         scratch = options.min_pass_tokens > 1 and not options.per_session_kv  # else a short pass pads its own sequence
-        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - scratch - cached)
+        self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - scratch)
         self.scratch_seq_id = self.max_sequences if scratch else None  # where a short pass's padding goes
-        self._extra_sequences = scratch + cached
+        self._extra_sequences = scratch
         self.context = self._new_context()
         self.memory = llama_cpp.llama_get_memory(self.context)
         self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
-        self.prefixes = self._prompt_cache(self.max_sequences + scratch) if options.prompt_cache_tokens else None
+        self.prefixes = (
+            GgufPromptCache(
+                llama_cpp, self.context, self.memory, options.prompt_cache_tokens, _BATCH_TOKENS, exact=options.min_pass_tokens > 1
+            )
+            if options.prompt_cache_tokens
+            else None
+        )
         self.budget = self._new_budget()
         self._free_seq_ids = LowestFirst(range(self.max_sequences))
 
@@ -144,12 +146,6 @@ class GgufModel:
             )
         return context
 
-    def _prompt_cache(self, store_seq_id: int) -> GgufPromptCache | GgufPrefixStore:
-        tokens = self.options.prompt_cache_tokens
-        if self.options.per_session_kv:
-            return GgufPromptCache(self.lib, self.context, self.memory, tokens, _BATCH_TOKENS)
-        return GgufPrefixStore(self.lib, self.memory, store_seq_id, tokens)
-
     def _new_budget(self) -> KVBudget:
         lib, options = self.lib, self.options
         if options.per_session_kv:
@@ -157,9 +153,8 @@ class GgufModel:
             self.session_cells = int(lib.llama_n_ctx_seq(self.context)) - MANY_TOKENS
             return KVBudget(self.session_cells * self.max_sequences, self._kv_bytes_per_token())
         self.session_cells = None
-        # held apart from the sessions': the padding's cells for the length of one pass, and the kept prefix's
-        reserved_cells = options.min_pass_tokens - 1 + options.prompt_cache_tokens  # a shared pool's store holds cells
-        return KVBudget(int(lib.llama_n_ctx(self.context)) - reserved_cells, self._kv_bytes_per_token())
+        # held apart from the sessions': the padding's cells for the length of one pass
+        return KVBudget(int(lib.llama_n_ctx(self.context)) - (options.min_pass_tokens - 1), self._kv_bytes_per_token())
 
     def _kv_bytes_per_token(self) -> int:
         lib = self.lib
@@ -195,7 +190,7 @@ class GgufModel:
         with self._lock:
             if self.context is None:
                 return 0
-            seat.length = self.prefixes.attach(seat, token_ids, limit)
+            self.prefixes.attach(seat, token_ids, limit)
         return seat.length
 
     def release(self, seat: Seat, token_ids: Sequence[int] = ()) -> None:

@@ -1,17 +1,19 @@
 """Finished sessions' KV cells, copied to host memory, for a later session whose prompt begins the same way.
 
 A conversation's next turn repeats the whole previous one, and agent requests repeat their tools and instructions:
-llama.cpp's own server keeps a slot's cells for that (`cache_prompt`). Here each session of a target has KV cells of
-its own (GgufOptions.per_session_kv), so cells cannot be shared in place: a session that ends leaves a copy of its
+llama.cpp's own server keeps a slot's cells for that (`cache_prompt`). A session that ends leaves a copy of its
 sequence (`llama_state_seq_get_data`, about a millisecond per thousand tokens), and a new session whose prompt
-starts alike gets the copy back into its own cells (`llama_state_seq_set_data`, from cell 0) and decodes only the rest.
+starts alike gets the copy back into its own cells (`llama_state_seq_set_data`) and decodes only the rest. Copies,
+not cells shared in place: a target's sessions have cells of their own (GgufOptions.per_session_kv), and a copy
+held in host memory takes none of the KV cache's cells from running sessions.
 
-NOTE (lossless): a position's cells depend on the class of pass that computed them: llama.cpp runs a pass of 64
-tokens or more through other kernels (gguf_passes.py). A kept cell is taken only where its class is the one a fresh
-decode of the new prompt gives that position (`reusable_prefix`), and the first pass after the taken cells is cut so
-that it runs in that class too. Then every logit equals the fresh decode's bit for bit, and a greedy or seeded text
-does not depend on what was served before (measured on SmolLM2 bf16: 0.0 difference; a kept answer taken where a
-fresh decode would run a long pass moved a logit by 0.21; tests/specdec/engines/test_gguf_prompt_cache.py).
+NOTE (lossless, `exact`: a target's passes planned for batch invariance): a position's cells depend on the class of
+pass that computed them: llama.cpp runs a pass of 64 tokens or more through other kernels (gguf_passes.py). A kept
+cell is taken only where its class is the one a fresh decode of the new prompt gives that position
+(`reusable_prefix`), and the first pass after the taken cells is cut so that it runs in that class too. Then every
+logit equals the fresh decode's bit for bit, and a greedy or seeded text does not depend on what was served before
+(measured on SmolLM2 bf16: 0.0 difference; a kept answer taken where a fresh decode would run a long pass moved a
+logit by 0.21; tests/specdec/engines/test_gguf_prompt_cache.py). A draft takes all of the shared start.
 
 NOTE: every method runs under the model's lock (GgufModel._lock), as every decode does.
 """
@@ -27,7 +29,9 @@ from itertools import count
 import numpy as np
 
 from specdec.engines.gguf_passes import MANY_TOKENS, long_positions
-from specdec.engines.gguf_prefix import MIN_SHARED_TOKENS
+
+MIN_SHARED_TOKENS = 4  # a shorter match saves less than its bookkeeping
+DEFAULT_PROMPT_CACHE_TOKENS = 16384  # of a draft: 23 KiB a token of host memory for the default 135M model
 
 
 def reusable_prefix(kept_long: bytes, matched: int, first_scored: int, max_tokens: int, many_tokens: int = MANY_TOKENS) -> int:
@@ -59,12 +63,13 @@ class _Kept:
 class GgufPromptCache:
     """Up to `max_tokens` tokens of finished sequences (the least recently used go first)."""
 
-    def __init__(self, lib, context, memory, max_tokens: int, pass_tokens: int) -> None:
+    def __init__(self, lib, context, memory, max_tokens: int, pass_tokens: int, exact: bool) -> None:
         self.lib = lib
         self.context = context
         self.memory = memory
         self.max_tokens = max_tokens
         self.pass_tokens = pass_tokens  # where gguf_passes cuts a prompt (GgufModel's tokens per llama_decode)
+        self.exact = exact  # cells only where bit-identical (a target's); else all the shared start (a draft's)
         self.kept: OrderedDict[int, _Kept] = OrderedDict()
         self._keys = count()
         self.reused_tokens = 0  # prefill tokens the cache has saved so far
@@ -100,7 +105,8 @@ class GgufPromptCache:
         ids = np.asarray(token_ids, dtype=np.int32)
         best_key, best = None, 0
         for key, kept in self.kept.items():
-            reused = reusable_prefix(kept.long, _shared_prefix(kept.token_ids, ids), limit, self.pass_tokens)
+            matched = _shared_prefix(kept.token_ids, ids)
+            reused = reusable_prefix(kept.long, matched, limit, self.pass_tokens) if self.exact else min(matched, limit)
             if reused > best:
                 best_key, best = key, reused
         if best < MIN_SHARED_TOKENS:
@@ -112,6 +118,7 @@ class GgufPromptCache:
             return 0
         self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, best, -1)
         seat.long[:best] = kept.long[:best]
+        seat.length = best
         self.reused_tokens += best
         return best
 

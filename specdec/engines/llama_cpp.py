@@ -57,7 +57,7 @@ class GgufSequence(PrefixCache):
 
     def _feed(self, new_ids: list[int], start: int, num_logits: int) -> torch.Tensor:  # [num_logits, vocab]
         self.seat.ensure_capacity(start + len(new_ids))
-        if start == 0:  # the prompt: its start may be cached already (engines/gguf_prefix.py)
+        if start == 0:  # the prompt: its start may be cached already (engines/gguf_prompt_cache.py)
             start = self.model.attach_prefix(self.seat, new_ids, len(new_ids) - num_logits)
             if self.on_prompt is not None:
                 self.on_prompt(len(new_ids), start)
@@ -145,7 +145,7 @@ class LlamaCppSettings:
     context_tokens: int
     max_sequences: int
     device: str = "auto"
-    prompt_cache_tokens: int = 0  # engines/gguf_prompt_cache.py (cells per session) or gguf_prefix.py (shared pool)
+    prompt_cache_tokens: int = 0  # engines/gguf_prompt_cache.py
     per_session_kv: bool = True  # each session its own cells (gguf_model.py's NOTE on sessions)
 
 

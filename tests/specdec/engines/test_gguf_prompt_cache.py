@@ -12,9 +12,12 @@ from specdec.engines.gguf_model import GgufOptions, GgufRow, load_gguf
 from specdec.engines.gguf_passes import long_positions
 from specdec.engines.gguf_prompt_cache import reusable_prefix
 from specdec.engines.llama_cpp import GgufRunner
+from specdec.errors import SpecdecError
 
 PROMPT = [(7 * i) % 500 + 5 for i in range(100)]  # its first 99 tokens run in one long pass
 ANSWER = [(11 * i) % 400 + 20 for i in range(20)]  # generated in short passes
+DRAFT_PROMPT = list(range(5, 45))  # 40 tokens
+TURN = [101, 102, 103, 104]
 NEXT_TURN = PROMPT + ANSWER + [(13 * i) % 300 + 30 for i in range(30)]  # 150 tokens
 
 
@@ -107,3 +110,57 @@ def test_a_sessions_prompt_reports_how_many_of_its_tokens_the_cache_held(cached_
     finally:
         sequence.release()
     assert reported == [(len(NEXT_TURN), len(NEXT_TURN) - 1 - 64)]
+
+
+# In the shared pool (drafts): copies of the last sequences, whatever cells they land in.
+
+
+@pytest.fixture(params=[1, 2], ids=["draft passes", "target passes (min 2 tokens)"])
+def shared_pool_model(request, tiny_ggufs):
+    options = GgufOptions(
+        threads=1,
+        context_tokens=1024,
+        max_sequences=4,
+        device="cpu",
+        min_pass_tokens=request.param,
+        prompt_cache_tokens=64,
+        failure=SpecdecError,
+    )
+    model = load_gguf(tiny_ggufs.target, options)
+    yield model
+    model.close()
+
+
+def _session_logits(runner: GgufRunner, sequence: list[int]) -> torch.Tensor:  # [3, vocab]
+    session = runner.open_sequence(len(sequence) + 8)
+    try:
+        session.advance(sequence[:-3])
+        return session.advance(sequence, num_logits=3)
+    finally:
+        session.release()
+
+
+def test_a_prompt_that_starts_like_the_last_sequence_reuses_its_cells_with_identical_logits(shared_pool_model, tiny_ggufs):
+    runner = GgufRunner(shared_pool_model)
+    first = _session_logits(runner, DRAFT_PROMPT + TURN)  # nothing kept yet: decoded whole
+    assert shared_pool_model.prefixes.reused_tokens == 0
+    again = _session_logits(runner, DRAFT_PROMPT + TURN)
+    # all of the first prefill but its last token (whose logits are read) came from the store
+    assert shared_pool_model.prefixes.reused_tokens == len(DRAFT_PROMPT + TURN) - 3 - 1
+    assert torch.equal(first, again)
+    plain = load_gguf(tiny_ggufs.target, GgufOptions(**{**shared_pool_model.options.__dict__, "prompt_cache_tokens": 0}))
+    try:
+        assert plain.prefixes is None
+        assert torch.equal(_session_logits(GgufRunner(plain), DRAFT_PROMPT + TURN), first)
+    finally:
+        plain.close()
+
+
+def test_only_the_shared_start_is_reused(shared_pool_model):
+    runner = GgufRunner(shared_pool_model)
+    _session_logits(runner, DRAFT_PROMPT + TURN)
+    diverging = DRAFT_PROMPT[:10] + [200 + i for i in range(30)]
+    _session_logits(runner, diverging)
+    assert shared_pool_model.prefixes.reused_tokens == 10
+    _session_logits(runner, [300, 301, 302, 303, 304, 305, 306])  # no common start: nothing reused
+    assert shared_pool_model.prefixes.reused_tokens == 10
