@@ -227,7 +227,7 @@ class GgufModel:
                 self._truncate(row.seat, row.start)
             try:
                 for entries_of_pass in passes:
-                    if self.prefixes is not None:
+                    if self.prefixes is not None and self.prefixes.exact:  # only a target's reuse asks the class
                         _mark_classes(rows, entries_of_pass)
                     self._decode_chunk(entries_of_pass, logits)
             finally:

@@ -21,6 +21,7 @@ NOTE: every method runs under the model's lock (GgufModel._lock), as every decod
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ MIN_SHARED_TOKENS = 4  # a shorter match saves less than its bookkeeping
 DEFAULT_PROMPT_CACHE_TOKENS = 16384  # of a draft: 23 KiB a token of host memory for the default 135M model
 
 
+# a session's prompt is looked up against every kept sequence: its fresh classes are worked out once
+_fresh_long_positions = functools.lru_cache(maxsize=8)(long_positions)
+
+
 def reusable_prefix(kept_long: bytes, matched: int, first_scored: int, max_tokens: int, many_tokens: int = MANY_TOKENS) -> int:
     """How many of a kept sequence's first `matched` cells (the tokens it shares with a new prompt whose first scored
     token is at `first_scored`) the new session may take, so that it scores as if it decoded its prompt from the start.
@@ -41,12 +46,10 @@ def reusable_prefix(kept_long: bytes, matched: int, first_scored: int, max_token
     `kept_long` is, per kept position, 1 where a pass of `many_tokens` or more computed it. A position is taken only
     where that class is the one a fresh decode gives it, and never so far into a piece that the rest of the piece, the
     new session's first pass, would run in the other class."""
-    fresh = long_positions(first_scored, max_tokens, many_tokens)
+    fresh = _fresh_long_positions(first_scored, max_tokens, many_tokens)
     reused = min(matched, first_scored, len(kept_long))
-    for position in range(reused):
-        if kept_long[position] != fresh[position]:
-            reused = position
-            break
+    if kept_long[:reused] != fresh[:reused]:  # compared whole first (in C): a position at a time only where they differ
+        reused = next(position for position in range(reused) if kept_long[position] != fresh[position])
     if reused % max_tokens and reused < first_scored and fresh[reused]:
         piece_end = min(reused - reused % max_tokens + max_tokens, first_scored)
         reused = min(reused, piece_end - many_tokens)  # the rest of a long piece stays long (at least its start)
@@ -106,6 +109,8 @@ class GgufPromptCache:
         best_key, best = None, 0
         for key, kept in self.kept.items():
             matched = _shared_prefix(kept.token_ids, ids)
+            if matched <= best:
+                continue
             reused = reusable_prefix(kept.long, matched, limit, self.pass_tokens) if self.exact else min(matched, limit)
             if reused > best:
                 best_key, best = key, reused
@@ -117,7 +122,8 @@ class GgufPromptCache:
             self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, 0, -1)
             return 0
         self.lib.llama_memory_seq_rm(self.memory, seat.seq_id, best, -1)
-        seat.long[:best] = kept.long[:best]
+        if self.exact:
+            seat.long[:best] = kept.long[:best]
         seat.length = best
         self.reused_tokens += best
         return best
