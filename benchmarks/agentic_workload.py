@@ -5,7 +5,7 @@ quoting a context passage, each turn sent with speculation on and then off; prin
     specdec up &        # a fresh server (its gateway on port 8000); wait for http://127.0.0.1:8000/health
     python benchmarks/agentic_workload.py [--url http://127.0.0.1:8000] [--api-key KEY] [--model ID] \\
         [--split tune|heldout] [--max-tokens 160] [--temperature 0] [--seed N] [--conversations N] \\
-        [--modes on,off] [--out results.json]
+        [--modes on,off] [--off-url URL] [--out results.json]
 
 The conversations are benchmarks/agentic/{tune,heldout}.jsonl, one per line ({"id", "kind", "system", "tools"?,
 "turns"}), split by conversation: tune what learns from repeated output (e.g. a suffix tree) on `tune`, report
@@ -18,7 +18,12 @@ Speculation on runs before off for every turn: a server that learns from what it
 must not have seen the identical speculation-off answer to the same turn when the speculation-on request
 runs, or on would be measured on output it had just been shown (`--modes` is the order sent). For the same
 reason the server should be fresh at the start of a measured run: restart it between runs, so that neither an
-earlier run of the same turns nor a warm-up has been learnt from. `--seed` sends seed = base + the turn's index
+earlier run of the same turns nor a warm-up has been learnt from.
+
+`--off-url` sends the speculation-off requests to a second stack started the same way. With one stack, the mode
+sent second finds the first mode's identical prompt in the server's prompt cache (a target's cache keeps every
+finished sequence), so it skips the prefill the first paid, every turn, and the first mode (on) is measured
+with the prefill the second is spared. Two fresh stacks give each mode a prompt cache of its own history only. `--seed` sends seed = base + the turn's index
 in the run (the same for each mode). Failed requests (a 4xx, a timeout) are recorded and the run goes on;
 tok/s counts successful requests only. Prints the load average at the start and the end: run on a quiet machine.
 """
@@ -169,7 +174,7 @@ def run_conversation(client: httpx.Client, args: argparse.Namespace, conversatio
         for mode in args.modes:
             messages = histories[mode]
             messages.append({"role": "user", "content": user_text})
-            record = send(client, args.url, request_body(args, conversation, messages, mode, index))
+            record = send(client, args.urls[mode], request_body(args, conversation, messages, mode, index))
             record.update(conversation=conversation["id"], kind=conversation["kind"], turn=turn, index=index, mode=mode)
             record["prompt_digest"] = prompt_digest(messages)
             extend_history(messages, record, index)
@@ -271,9 +276,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, help="base seed: a request's seed is base + its turn's index (sent only when given)")
     parser.add_argument("--conversations", type=int, help="only the first N conversations (default all)")
     parser.add_argument("--modes", default="on,off", help="speculation modes, sent in this order per turn")
+    parser.add_argument("--off-url", help="speculation off on this stack instead (same settings, its own prompt cache)")
     parser.add_argument("--out", type=Path, help="raw records and the summary as JSON")
     args = parser.parse_args()
     args.url = args.url.rstrip("/")
+    args.urls = {"on": args.url, "off": (args.off_url or args.url).rstrip("/")}
     args.modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     if not args.modes or set(args.modes) - {"on", "off"} or len(set(args.modes)) != len(args.modes):
         parser.error("--modes takes on and/or off, comma-separated, each once")

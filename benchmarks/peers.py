@@ -2,12 +2,16 @@
 
     python benchmarks/peers.py --peer-python /path/to/venv/bin/python [--prompts 8] [--max-tokens 96]
         [--concurrency 1,4] [--temperatures 0,0.8] [--specdec "name=ARGS" ...] [--out docs/bench/peers/NAME.json]
+        [--llama-server "$(bash benchmarks/build_llama_server.sh)"]
 
 Systems, each started once and idle while another is measured:
 - `llama_cpp.server` (llama-cpp-python's OpenAI server, 2 threads) on a bf16 GGUF of exactly the
   default target's weights (`specdec make-draft --type bf16`), and on the bundled Q4_1 file. It runs
   from `--peer-python`, a Python with `llama-cpp-python[server]` (its server extras are not specdec's
   dependencies): `python -m venv peer && peer/bin/pip install 'llama-cpp-python[server]==0.3.36'`;
+- with `--llama-server`, llama.cpp's own C++ server (the same llama.cpp, built by benchmarks/build_llama_server.sh)
+  with its defaults (several slots, continuous batching), 2 threads, on the bf16 GGUF: plain, drafted by the Q4_1
+  file (`--spec-draft-model`: the same pair as specdec's default), and with its n-gram drafting (`ngram-mod`);
 - `specdec up` with no arguments (`--specdec "name=ARGS"` adds stacks started with other `up` flags, and leading
   `SPECDEC_...=VALUE` words set settings in that stack's environment),
   each asked with speculation on and off (the request's `speculative.enabled`).
@@ -38,7 +42,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -80,30 +86,37 @@ def _wait_ready(url: str, process: subprocess.Popen, name: str) -> None:
     raise SystemExit(f"{name} did not start within {START_TIMEOUT_S} s")
 
 
-def start_llama_server(python: str, gguf: Path, name: str, log_dir: Path) -> tuple[subprocess.Popen, System]:
+def start_peer(name: str, command: list[str], port: int, gguf: Path, log_dir: Path) -> tuple[subprocess.Popen, System]:
     log = log_dir / f"{name.replace(' ', '-')}.log"
-    port = free_port()
-    command = [
-        python,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(gguf),
-        "--n_threads",
-        "2",
-        "--n_threads_batch",
-        "2",
-        "--n_ctx",
-        "4096",
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-    ]
     process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     _wait_ready(url, process, name)
     return process, System(name, url, str(gguf))
+
+
+def llama_cpp_python_server(python: str, gguf: Path, port: int) -> list[str]:
+    """llama-cpp-python's OpenAI server: one slot, 2 threads."""
+    threads = ["--n_threads", "2", "--n_threads_batch", "2"]
+    return [python, "-m", "llama_cpp.server", "--model", str(gguf), *threads, "--n_ctx", "4096", "--port", str(port), "--host", "127.0.0.1"]
+
+
+def llama_server(binary: str, gguf: Path, extra: list[str], port: int) -> list[str]:
+    """llama.cpp's own C++ server with its defaults (slots, continuous batching, prompt cache), 2 threads."""
+    return [binary, "--model", str(gguf), "--threads", "2", "--threads-batch", "2", "--port", str(port), "--host", "127.0.0.1", *extra]
+
+
+def peers(args, bf16: Path, q4_1: Path) -> list[tuple[str, Path, Callable[[int], list[str]]]]:
+    """(name, the GGUF it serves, its command for a port)."""
+    chosen = [
+        ("llama_cpp.server bf16", bf16, partial(llama_cpp_python_server, args.peer_python, bf16)),
+        ("llama_cpp.server q4_1", q4_1, partial(llama_cpp_python_server, args.peer_python, q4_1)),
+    ]
+    if args.llama_server:
+        # The same pair as specdec's default: the bf16 target drafted by the Q4_1 file, llama.cpp's draft defaults.
+        draft = ["--spec-draft-model", str(q4_1), "--spec-draft-threads", "2", "--spec-draft-threads-batch", "2"]
+        for name, extra in (("", []), (" draft q4_1", draft), (" ngram-mod", ["--spec-type", "ngram-mod"])):
+            chosen.append((f"llama-server bf16{name}", bf16, partial(llama_server, args.llama_server, bf16, extra)))
+    return chosen
 
 
 def start_specdec(name: str, up_args: list[str], log_dir: Path) -> tuple[subprocess.Popen, list[System]]:
@@ -247,6 +260,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=lambda text: [int(c) for c in text.split(",")], default=[1, 4])
     parser.add_argument("--temperatures", type=lambda text: [float(t) for t in text.split(",")], default=[0.0, 0.8])
     parser.add_argument("--specdec", action="append", default=[], help='"name=UP ARGS": another specdec stack (default: `up` alone)')
+    parser.add_argument(
+        "--llama-server", default=None, help="llama.cpp's C++ llama-server (benchmarks/build_llama_server.sh): plain, drafted, n-gram modes"
+    )
     parser.add_argument("--no-default-stack", action="store_true", help="only the --specdec stacks")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--warmup-s", type=float, default=15.0, help="seconds of unmeasured prompts per system first")
@@ -267,8 +283,9 @@ def main() -> None:
     ]
     processes, systems = [], []
     try:
-        for name, gguf in (("llama_cpp.server bf16", bf16), ("llama_cpp.server q4_1", default_draft_gguf(models_dir()))):
-            process, system = start_llama_server(args.peer_python, gguf, name, log_dir)
+        for name, gguf, command in peers(args, bf16, default_draft_gguf(models_dir())):
+            port = free_port()
+            process, system = start_peer(name, command(port), port, gguf, log_dir)
             processes.append(process)
             systems.append(system)
         for name, up_args in stacks:
