@@ -5,11 +5,13 @@ quoting a context passage, each turn sent with speculation on and then off; prin
     specdec up &        # a fresh server (its gateway on port 8000); wait for http://127.0.0.1:8000/health
     python benchmarks/agentic_workload.py [--url http://127.0.0.1:8000] [--api-key KEY] [--model ID] \\
         [--split tune|heldout] [--max-tokens 160] [--temperature 0] [--seed N] [--conversations N] \\
-        [--modes on,off] [--off-url URL] [--out results.json]
+        [--modes on,off] [--off-url URL] [--concurrency C] [--out results.json]
 
 The conversations are benchmarks/agentic/{tune,heldout}.jsonl, one per line ({"id", "kind", "system", "tools"?,
 "turns"}), split by conversation: tune what learns from repeated output (e.g. a suffix tree) on `tune`, report
-`heldout`. Requests run strictly one at a time, in order. Each mode keeps its own history (system, the user turns
+`heldout`. Requests run one at a time, in order; with `--concurrency C`, C conversations at once, turn by turn: the C
+requests of one turn in one mode are sent together and waited for (a wave), then the same turn in the next mode, so
+each stack sees C requests at a time and the two modes never share the machine. Each mode keeps its own history (system, the user turns
 so far, that mode's own answers), so a turn is the same request in both modes only while their answers agreed.
 An answer with tool_calls is followed in that mode's history by a canned, deterministic tool result per call
 (CANNED_RESULTS), under a call id derived from the turn, so equal answers give equal histories.
@@ -23,9 +25,10 @@ earlier run of the same turns nor a warm-up has been learnt from.
 `--off-url` sends the speculation-off requests to a second stack started the same way. With one stack, the mode
 sent second finds the first mode's identical prompt in the server's prompt cache (a target's cache keeps every
 finished sequence), so it skips the prefill the first paid, every turn, and the first mode (on) is measured
-with the prefill the second is spared. Two fresh stacks give each mode a prompt cache of its own history only. `--seed` sends seed = base + the turn's index
-in the run (the same for each mode). Failed requests (a 4xx, a timeout) are recorded and the run goes on;
-tok/s counts successful requests only. Prints the load average at the start and the end: run on a quiet machine.
+with the prefill the second is spared. Two fresh stacks give each mode a prompt cache of its own history only.
+`--seed` sends seed = base + the turn's index in the run (the same for each mode). Failed requests (a 4xx, a
+timeout) are recorded and the run goes on; tok/s counts successful requests only. Prints the load average at the
+start and the end: run on a quiet machine.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import json
 import os
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -165,23 +169,35 @@ def prompt_digest(messages: list[dict]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def run_conversation(client: httpx.Client, args: argparse.Namespace, conversation: dict, first_index: int) -> list[dict]:
-    """Every turn of one conversation, each mode in order per turn, each mode with its own history."""
-    histories = {mode: [{"role": "system", "content": conversation["system"]}] for mode in args.modes}
-    records = []
-    for turn, user_text in enumerate(conversation["turns"]):
-        index = first_index + turn
+def send_turn(
+    client: httpx.Client, args: argparse.Namespace, conversation: dict, messages: list[dict], turn: int, mode: str, index: int
+) -> dict:
+    """One turn of one conversation in one mode, appended to that mode's history (`messages`)."""
+    messages.append({"role": "user", "content": conversation["turns"][turn]})
+    record = send(client, args.urls[mode], request_body(args, conversation, messages, mode, index))
+    record.update(conversation=conversation["id"], kind=conversation["kind"], turn=turn, index=index, mode=mode)
+    record["prompt_digest"] = prompt_digest(messages)
+    extend_history(messages, record, index)
+    shown = record.get("error") or f"{record['completion_tokens']} tokens"
+    print(f"  {conversation['id']} turn {turn} {mode}: {record['seconds']:.2f} s, {shown}", flush=True)
+    return record
+
+
+def run_group(
+    pool: ThreadPoolExecutor, client: httpx.Client, args: argparse.Namespace, group: list[tuple[dict, int]]
+) -> tuple[list[dict], list[dict]]:
+    """Conversations at once, turn by turn: a mode's requests for one turn sent together (a wave), waited for, then
+    the next mode's. Each conversation keeps a history per mode. Returns the records and the waves' wall times."""
+    histories = [{mode: [{"role": "system", "content": conversation["system"]}] for mode in args.modes} for conversation, _ in group]
+    records, waves = [], []
+    for turn in range(max(len(conversation["turns"]) for conversation, _ in group)):
+        live = [number for number, (conversation, _) in enumerate(group) if turn < len(conversation["turns"])]
         for mode in args.modes:
-            messages = histories[mode]
-            messages.append({"role": "user", "content": user_text})
-            record = send(client, args.urls[mode], request_body(args, conversation, messages, mode, index))
-            record.update(conversation=conversation["id"], kind=conversation["kind"], turn=turn, index=index, mode=mode)
-            record["prompt_digest"] = prompt_digest(messages)
-            extend_history(messages, record, index)
-            records.append(record)
-            shown = record.get("error") or f"{record['completion_tokens']} tokens"
-            print(f"  {conversation['id']} turn {turn} {mode}: {record['seconds']:.2f} s, {shown}", flush=True)
-    return records
+            started = time.perf_counter()
+            futures = [pool.submit(send_turn, client, args, group[n][0], histories[n][mode], turn, mode, group[n][1] + turn) for n in live]
+            records += [future.result() for future in futures]
+            waves.append({"mode": mode, "requests": len(live), "seconds": round(time.perf_counter() - started, 3)})
+    return records, waves
 
 
 def throughput(records: list[dict]) -> dict:
@@ -226,19 +242,23 @@ def agreement(records: list[dict], on: str, off: str) -> dict:
     return counts
 
 
-def ratio(numerator: dict, denominator: dict) -> float | None:
-    return round(numerator["tok_s"] / denominator["tok_s"], 3) if numerator["tok_s"] and denominator["tok_s"] else None
+def ratio(numerator: dict, denominator: dict, rate: str = "tok_s") -> float | None:
+    return round(numerator[rate] / denominator[rate], 3) if numerator[rate] and denominator[rate] else None
 
 
-def summarize(records: list[dict], modes: list[str]) -> dict:
+def summarize(records: list[dict], waves: list[dict], modes: list[str]) -> dict:
     kinds = sorted({record["kind"] for record in records})
     by_mode = {mode: throughput([r for r in records if r["mode"] == mode]) for mode in modes}
+    for mode, row in by_mode.items():
+        # Throughput: the mode's tokens over its waves' wall time (at concurrency 1, the requests' own seconds).
+        row["wall_seconds"] = round(sum(wave["seconds"] for wave in waves if wave["mode"] == mode), 3)
+        row["wall_tok_s"] = round(row["tokens"] / row["wall_seconds"], 2) if row["wall_seconds"] else 0.0
     by_kind = {
         kind: {mode: throughput([r for r in records if r["mode"] == mode and r["kind"] == kind]) for mode in modes} for kind in kinds
     }
     summary = {"modes": by_mode, "kinds": by_kind}
     if "on" in modes and "off" in modes:
-        summary["on_off_ratio"] = ratio(by_mode["on"], by_mode["off"])
+        summary["on_off_ratio"] = ratio(by_mode["on"], by_mode["off"], "wall_tok_s")
         summary["on_off_ratio_by_kind"] = {kind: ratio(by_kind[kind]["on"], by_kind[kind]["off"]) for kind in kinds}
         summary["agreement"] = agreement(records, "on", "off")
     return summary
@@ -247,12 +267,12 @@ def summarize(records: list[dict], modes: list[str]) -> dict:
 def print_summary(summary: dict, load_start: tuple, load_end: tuple) -> None:
     print()
     for mode, row in summary["modes"].items():
-        counts = f"{row['tokens']} tokens in {row['seconds']:.1f} s, {row['requests']} requests, {row['errors']} errors"
-        print(f"speculation {mode}: {row['tok_s']:.1f} tok/s ({counts})")
+        counts = f"{row['tokens']} tokens in {row['wall_seconds']:.1f} s, {row['requests']} requests, {row['errors']} errors"
+        print(f"speculation {mode}: {row['wall_tok_s']:.1f} tok/s, {row['tok_s']:.1f} per request ({counts})")
     for kind, rows in summary["kinds"].items():
         rates = ", ".join(f"{mode} {row['tok_s']:.1f}" for mode, row in rows.items())
         shown = summary.get("on_off_ratio_by_kind", {}).get(kind)
-        print(f"  {kind:<11} tok/s {rates}" + (f", on/off {shown}" if shown is not None else ""))
+        print(f"  {kind:<11} tok/s per request {rates}" + (f", on/off {shown}" if shown is not None else ""))
     if "agreement" in summary:
         print(f"on/off ratio: {summary['on_off_ratio']}")
         same = summary["agreement"]
@@ -277,6 +297,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, help="only the first N conversations (default all)")
     parser.add_argument("--modes", default="on,off", help="speculation modes, sent in this order per turn")
     parser.add_argument("--off-url", help="speculation off on this stack instead (same settings, its own prompt cache)")
+    parser.add_argument("--concurrency", type=int, default=1, help="conversations at once, each turn's requests of a mode sent together")
     parser.add_argument("--out", type=Path, help="raw records and the summary as JSON")
     args = parser.parse_args()
     args.url = args.url.rstrip("/")
@@ -284,6 +305,8 @@ def parse_args() -> argparse.Namespace:
     args.modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     if not args.modes or set(args.modes) - {"on", "off"} or len(set(args.modes)) != len(args.modes):
         parser.error("--modes takes on and/or off, comma-separated, each once")
+    if args.concurrency < 1:
+        parser.error("--concurrency must be at least 1")
     return args
 
 
@@ -293,19 +316,25 @@ def main() -> None:
     conversations = load_conversations(args.split, args.conversations)
     load_start = os.getloadavg()
     records: list[dict] = []
-    with httpx.Client(headers=headers, timeout=TIMEOUT_S) as client:
+    waves: list[dict] = []
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    with httpx.Client(headers=headers, timeout=TIMEOUT_S, limits=limits) as client, ThreadPoolExecutor(args.concurrency) as pool:
         args.model = args.model or served_model(client, args.url)
-        print(f"{args.split}: {len(conversations)} conversations, model {args.model}, modes {','.join(args.modes)}")
-        first_index = 0  # of the conversation's first turn in this run
-        for conversation in conversations:
-            records += run_conversation(client, args, conversation, first_index)
-            first_index += len(conversation["turns"])
+        shown = f"{len(conversations)} conversations, {args.concurrency} at once, model {args.model}, modes {','.join(args.modes)}"
+        print(f"{args.split}: {shown}")
+        first_indices = [sum(len(c["turns"]) for c in conversations[:n]) for n in range(len(conversations))]
+        numbered = list(zip(conversations, first_indices, strict=True))  # a turn's index (its seed) as at concurrency 1
+        for start in range(0, len(numbered), args.concurrency):
+            group_records, group_waves = run_group(pool, client, args, numbered[start : start + args.concurrency])
+            records += group_records
+            waves += group_waves
     load_end = os.getloadavg()
-    summary = summarize(records, args.modes)
+    summary = summarize(records, waves, args.modes)
     print_summary(summary, load_start, load_end)
     if args.out:
         settings = {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items() if key != "api_key"}
-        report = {"settings": settings, "load_start": load_start, "load_end": load_end, "summary": summary, "records": records}
+        report = {"settings": settings, "load_start": load_start, "load_end": load_end, "summary": summary}
+        report |= {"records": records, "waves": waves}
         args.out.write_text(json.dumps(report, indent=1))
 
 

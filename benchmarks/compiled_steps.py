@@ -92,7 +92,8 @@ def invariance(model, forward, static: bool, prefix: list[int]) -> dict:
 def measure(model, dtype: str, repeats: int, prefix: list[int]) -> list[dict]:
     compiled = torch.compile(model, dynamic=True)
     rows = []
-    for mode, forward, static in (("eager dynamic cache", model, False), ("eager static cache", model, True), ("compiled static cache", compiled, True)):
+    modes = (("eager dynamic cache", model, False), ("eager static cache", model, True), ("compiled static cache", compiled, True))
+    for mode, forward, static in modes:
         row = {"dtype": dtype, "mode": mode, "steps_ms": {}, "first_call_ms": {}}
         for n in NEW_TOKENS:
             first, median = step_ms(model, forward, static, prefix, n, repeats)
@@ -123,7 +124,8 @@ def main() -> None:
     for row in rows:
         moved = ", argmax moved" if row["invariance"]["argmax_moved"] else ""
         steps = " | ".join(f"{row['steps_ms'][n]:.1f}" for n in NEW_TOKENS)
-        print(f"| {row['dtype']} | {row['mode']} | {steps} | {row['invariance']['max_logit_difference']:.2g}{moved} | {row['load_average']:.2f} |")
+        difference = f"{row['invariance']['max_logit_difference']:.2g}{moved}"
+        print(f"| {row['dtype']} | {row['mode']} | {steps} | {difference} | {row['load_average']:.2f} |")
     if args.out:
         args.out.write_text(json.dumps({"argv": vars(args) | {"out": str(args.out)}, "threads": args.threads, "rows": rows}, indent=2))
 
