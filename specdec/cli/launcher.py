@@ -146,6 +146,10 @@ def run_up(plan: UpPlan) -> int:
     stack = Stack(plan.restart_policy)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    # NOTE: a shell starts a background job (`specdec up &` in a script) with SIGINT ignored, which Python keeps;
+    # a Ctrl-C or `kill -INT` to the process group then stopped the children (their servers handle SIGINT) and up
+    # restarted them as crashed. Ctrl-C stops the stack however up was started.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         start_all(stack, plan)
         _announce(plan)

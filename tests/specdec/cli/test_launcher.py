@@ -97,6 +97,37 @@ def test_up_tiny_starts_draft_verify_gateway_answers_and_stops_cleanly(tmp_path)
         assert _niceness(f"serve verify .*--port {ports['--verify-port']}") == ours  # negative control
 
 
+def test_ctrl_c_to_the_process_group_stops_up_started_with_sigint_ignored(tmp_path):
+    """`specdec up &` from a script inherits SIGINT ignored; a Ctrl-C to its group must stop it, not restart the
+    children it reached."""
+    ports = _ports()
+    arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    log_path = tmp_path / "up.log"
+    with log_path.open("w") as log:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "specdec.cli", "up", "--tiny", *arguments],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 (as a shell's background job)
+        )
+        try:
+            _read_until(up, '"max_tokens": 32', timeout=120, log=log_path)
+            assert _chat(ports, "target", 4)["choices"][0]["message"]["content"]
+            os.killpg(up.pid, signal.SIGINT)
+            assert up.wait(timeout=60) == 0
+        finally:
+            if up.poll() is None:
+                os.killpg(up.pid, signal.SIGKILL)
+                up.wait()
+    assert "; restart " not in log_path.read_text()  # up stopped; it restarted no child
+    children = subprocess.run(["pgrep", "-f", f"--port {ports['--draft-port']}"], check=False, capture_output=True, text=True).stdout
+    assert children.strip() == "", "a child service outlived specdec up"
+
+
 def _niceness(pattern: str) -> int:
     (pid,) = subprocess.run(["pgrep", "-f", pattern], check=True, capture_output=True, text=True).stdout.split()
     with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
