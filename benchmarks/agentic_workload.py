@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -322,8 +323,8 @@ def main() -> None:
         args.model = args.model or served_model(client, args.url)
         shown = f"{len(conversations)} conversations, {args.concurrency} at once, model {args.model}, modes {','.join(args.modes)}"
         print(f"{args.split}: {shown}")
-        first_indices = [sum(len(c["turns"]) for c in conversations[:n]) for n in range(len(conversations))]
-        numbered = list(zip(conversations, first_indices, strict=True))  # a turn's index (its seed) as at concurrency 1
+        first_indices = itertools.accumulate((len(c["turns"]) for c in conversations), initial=0)
+        numbered = list(zip(conversations, first_indices, strict=False))  # a turn's index (its seed) as at concurrency 1
         for start in range(0, len(numbered), args.concurrency):
             group_records, group_waves = run_group(pool, client, args, numbered[start : start + args.concurrency])
             records += group_records

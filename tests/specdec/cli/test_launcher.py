@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import os
 import signal
@@ -28,9 +29,15 @@ def _ports() -> dict[str, int]:
     }
 
 
+def _terminate(up: subprocess.Popen) -> None:
+    up.send_signal(signal.SIGTERM)
+
+
 @contextlib.contextmanager
-def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str] | None = None, timeout: float = 120):
-    """`specdec up` as a user runs it; yields its banner, then stops it with SIGTERM and checks no child outlives it."""
+def _specdec_up(
+    tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str] | None = None, timeout: float = 120, stop=_terminate, preexec_fn=None
+):
+    """`specdec up` as a user runs it; yields its banner, then stops it (`stop`: SIGTERM) and checks no child outlives it."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
     log = (tmp_path / "up.log").open("w")  # the children's logs: a file, so no pipe can fill up
@@ -41,11 +48,12 @@ def _specdec_up(tmp_path, ports: dict[str, int], *extra: str, env: dict[str, str
         stderr=log,
         text=True,
         start_new_session=True,
+        preexec_fn=preexec_fn,  # noqa: PLW1509 (one system call)
     )
     try:
         yield _read_until(up, '"max_tokens": 32', timeout=timeout, log=tmp_path / "up.log")  # the banner, to its curl line
     finally:
-        up.send_signal(signal.SIGTERM)
+        stop(up)
         assert up.wait(timeout=60) == 0
     children = subprocess.run(["pgrep", "-f", f"--port {ports['--draft-port']}"], check=False, capture_output=True, text=True).stdout
     assert children.strip() == "", "a child service outlived specdec up"
@@ -101,31 +109,11 @@ def test_ctrl_c_to_the_process_group_stops_up_started_with_sigint_ignored(tmp_pa
     """`specdec up &` from a script inherits SIGINT ignored; a Ctrl-C to its group must stop it, not restart the
     children it reached."""
     ports = _ports()
-    arguments = [arg for flag, port in ports.items() for arg in (flag, str(port))]
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    log_path = tmp_path / "up.log"
-    with log_path.open("w") as log:
-        up = subprocess.Popen(
-            [sys.executable, "-m", "specdec.cli", "up", "--tiny", *arguments],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509 (as a shell's background job)
-        )
-        try:
-            _read_until(up, '"max_tokens": 32', timeout=120, log=log_path)
-            assert _chat(ports, "target", 4)["choices"][0]["message"]["content"]
-            os.killpg(up.pid, signal.SIGINT)
-            assert up.wait(timeout=60) == 0
-        finally:
-            if up.poll() is None:
-                os.killpg(up.pid, signal.SIGKILL)
-                up.wait()
-    assert "; restart " not in log_path.read_text()  # up stopped; it restarted no child
-    children = subprocess.run(["pgrep", "-f", f"--port {ports['--draft-port']}"], check=False, capture_output=True, text=True).stdout
-    assert children.strip() == "", "a child service outlived specdec up"
+    as_background_job = functools.partial(signal.signal, signal.SIGINT, signal.SIG_IGN)
+    ctrl_c = lambda up: os.killpg(up.pid, signal.SIGINT)
+    with _specdec_up(tmp_path, ports, "--tiny", stop=ctrl_c, preexec_fn=as_background_job):
+        assert _chat(ports, "target", 4)["choices"][0]["message"]["content"]
+    assert "; restart " not in (tmp_path / "up.log").read_text()  # up stopped; it restarted no child
 
 
 def _niceness(pattern: str) -> int:
