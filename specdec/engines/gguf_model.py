@@ -14,7 +14,7 @@ NOTE: llama.cpp runs a one-token pass through other kernels (matrix-vector) than
 more tokens, whose rows are bit-identical whatever the pass's size and whichever other sequences
 share it, up to 63 tokens (gguf_passes.py says what runs longer passes; tests/specdec/engines/test_llama_cpp.py).
 `min_pass_tokens=2` pads a lone token with one on a scratch sequence, so a target's plain steps score
-exactly as its verify passes do.
+exactly as its verify passes do; a target measures at load whether its build needs that (gguf_pass_floor.py).
 
 NOTE (sessions): in the shared pool a session's cells land wherever llama.cpp finds free ones, among other
 sessions' and in the holes their rollbacks leave. Attention adds up a sequence's cells in cell order, and a pass of
@@ -41,6 +41,7 @@ import torch
 
 from specdec.batching.kv_store import KVBudget
 from specdec.engines.gguf_library import llama_log, load_model, token_text
+from specdec.engines.gguf_pass_floor import one_token_passes_match
 from specdec.engines.gguf_passes import MANY_TOKENS, PADDING, Entry, plan_passes
 from specdec.engines.gguf_prompt_cache import GgufPromptCache
 from specdec.engines.gguf_seats import LowestFirst, Seat
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 GGUF_MAGIC = b"GGUF"
 _BATCH_TOKENS = 512  # tokens per llama_decode call; longer feeds (a prompt) take several
 _KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is f16
+PASS_FLOOR_NOTES = {
+    1: "score as longer passes do (no llamafile sgemm in this llama.cpp build): no padding",
+    2: "score unlike longer passes (llamafile's sgemm in this llama.cpp build): lone tokens padded to two",
+}
 _DECODE_ERRORS = {1: "no KV cache slot for the batch", 2: "aborted", -1: "invalid batch"}
 
 
@@ -61,6 +66,9 @@ class GgufOptions:
     max_sequences: int  # sessions open at once
     device: str = "auto"  # cpu: no offload; auto: every layer on the GPU when llama.cpp was built with one; cuda:N
     min_pass_tokens: int = 1  # 2: every pass runs the many-token kernels (batch invariance; the module's NOTE)
+    # A target: batch-invariant passes (gguf_passes.py), lone tokens padded to two only where this build scores a
+    # one-token pass unlike longer ones, as measured at load (gguf_pass_floor.py); min_pass_tokens is then ignored.
+    measure_pass_floor: bool = False
     prompt_cache_tokens: int = 0  # of finished sequences, copied for later sessions that start alike (gguf_prompt_cache.py)
     per_session_kv: bool = False  # each session its own cells (context_tokens split evenly): the module's NOTE on sessions
     failure: type[Exception] = DraftUnavailableError  # what a failed decode raises: a draft's is a fallback, a target's is not
@@ -109,7 +117,8 @@ class GgufModel:
         self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
         self.max_context = int(llama_cpp.llama_model_n_ctx_train(self.model))
         self.tokenizer = GgufVocabulary([token_text(llama_cpp, self.vocab, i) for i in range(self.vocab_size)])
-        scratch = options.min_pass_tokens > 1 and not options.per_session_kv  # else a short pass pads its own sequence
+        self.invariant = options.min_pass_tokens > 1 or options.measure_pass_floor  # passes planned for batch invariance
+        scratch = self.invariant and not options.per_session_kv  # else a short pass pads its own sequence
         self.max_sequences = min(options.max_sequences, int(llama_cpp.llama_max_parallel_sequences()) - scratch)
         self.scratch_seq_id = self.max_sequences if scratch else None  # where a short pass's padding goes
         self._extra_sequences = scratch
@@ -117,14 +126,36 @@ class GgufModel:
         self.memory = llama_cpp.llama_get_memory(self.context)
         self.batch = llama_cpp.llama_batch_init(_BATCH_TOKENS, 0, 1)
         self.prefixes = (
-            GgufPromptCache(
-                llama_cpp, self.context, self.memory, options.prompt_cache_tokens, _BATCH_TOKENS, exact=options.min_pass_tokens > 1
-            )
+            GgufPromptCache(llama_cpp, self.context, self.memory, options.prompt_cache_tokens, _BATCH_TOKENS, exact=self.invariant)
             if options.prompt_cache_tokens
             else None
         )
         self.budget = self._new_budget()
         self._free_seq_ids = LowestFirst(range(self.max_sequences))
+        self.min_pass_tokens = options.min_pass_tokens
+        if options.measure_pass_floor:
+            self.min_pass_tokens = 1 if self._one_token_passes_match() else 2
+            log.info("%s: one-token passes %s", self.source, PASS_FLOOR_NOTES[self.min_pass_tokens])
+
+    def _one_token_passes_match(self) -> bool:
+        """Whether this build scores a lone token as it does inside longer passes (gguf_pass_floor.py), on
+        sequences 0 and 1 before any session has them."""
+
+        def decode(tokens: Sequence[tuple[int, int, int, bool]]) -> list[np.ndarray]:
+            logits: list[list[torch.Tensor]] = [[]]
+            self._decode_entries([Entry(0, *token) for token in tokens], [token[3] for token in tokens], logits)
+            return [row.numpy() for row in logits[0]]
+
+        def clear(seq_id: int, position: int) -> None:
+            self.lib.llama_memory_seq_rm(self.memory, seq_id, position, -1)
+
+        cells = self.session_cells or self.budget.capacity_tokens
+        try:
+            with self._lock:
+                return one_token_passes_match(decode, clear, self.vocab_size, cells, two_sequences=self.max_sequences > 1)
+        except self.options.failure as error:  # fails closed: padded passes are invariant on every build measured
+            log.warning("%s: the one-token pass probe failed (%s); lone tokens padded to two", self.source, error)
+            return False
 
     def _new_context(self):
         lib, options = self.lib, self.options
@@ -154,7 +185,7 @@ class GgufModel:
             return KVBudget(self.session_cells * self.max_sequences, self._kv_bytes_per_token())
         self.session_cells = None
         # held apart from the sessions': the padding's cells for the length of one pass
-        return KVBudget(int(lib.llama_n_ctx(self.context)) - (options.min_pass_tokens - 1), self._kv_bytes_per_token())
+        return KVBudget(int(lib.llama_n_ctx(self.context)) - int(self.invariant), self._kv_bytes_per_token())
 
     def _kv_bytes_per_token(self) -> int:
         lib = self.lib
@@ -217,8 +248,7 @@ class GgufModel:
             ]
             for index, row in enumerate(rows)
         ]
-        invariant = self.options.min_pass_tokens > 1
-        passes = plan_passes(entries, _BATCH_TOKENS, invariant=invariant, equal_rows=self.options.per_session_kv)
+        passes = plan_passes(entries, _BATCH_TOKENS, invariant=self.invariant, equal_rows=self.options.per_session_kv)
         logits: list[list[torch.Tensor]] = [[] for _ in rows]
         with self._lock:
             if self.context is None:
@@ -243,7 +273,7 @@ class GgufModel:
 
     def _decode_chunk(self, entries: Sequence[Entry], logits: list[list[torch.Tensor]]) -> None:
         """One llama_decode of `entries` (row, seq id, position, token, logits wanted), padded to min_pass_tokens."""
-        minimum = self.options.min_pass_tokens
+        minimum = self.min_pass_tokens
         padding = self._padding(entries[-1], minimum - len(entries)) if len(entries) < minimum else []
         entries = [*entries, *padding]
         outputs = [wants for *_rest, wants in entries]

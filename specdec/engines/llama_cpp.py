@@ -5,7 +5,7 @@ K + 1 new tokens with logits at every position, and a rejection rolls the sequen
 its KV cells past the accepted prefix. Sessions share decodes through the same scheduler the
 Hugging Face engine's packed passes use.
 
-NOTE (batch invariance): every pass has at least two tokens (GgufOptions.min_pass_tokens), passes of 64 or
+NOTE (batch invariance): every pass has at least two tokens where the build needs it (gguf_pass_floor.py), passes of 64 or
 more hold one request's prompt chunk only (gguf_passes.py), and each session has KV cells of its own
 (GgufOptions.per_session_kv): then a position's logits are bit-identical whether it is scored alone, inside a
 verify pass of any K, or beside other sessions, so greedy speculation on equals off and a seeded coupled
@@ -158,7 +158,7 @@ def load_llama_cpp_target(source: str | Path, settings: LlamaCppSettings) -> Lla
         context_tokens=settings.context_tokens,
         max_sequences=settings.max_sequences,
         device=settings.device,
-        min_pass_tokens=2,
+        measure_pass_floor=True,
         prompt_cache_tokens=settings.prompt_cache_tokens,
         per_session_kv=settings.per_session_kv,
         failure=SpecdecError,
