@@ -15,7 +15,9 @@ from service_support import CHAT, assert_openai_error
 from gateway.tool_protocol import MAX_TOOL_SCHEMA_CHARS
 from specdec.limits import MAX_TOOLS
 
-HEALTH_WITHIN_S = 0.5
+# NOTE: a bound on the loop's stall, not a speed goal: the checks hold the GIL in their workers, and on CI's loaded
+# 2 cores /health once took 0.6 s; the bug this guards against held it for 16-19 s.
+HEALTH_WITHIN_S = 2.0
 ASK = [{"role": "user", "content": "hi"}]
 
 

@@ -41,6 +41,20 @@ def _wait_serving(client: VerifyClient, process: subprocess.Popen, log: Path, ti
     raise AssertionError("service did not become SERVING")
 
 
+def _wait_drafting(client: VerifyClient, logs: Path, timeout: float = 30.0) -> None:
+    """Until a request drafts. NOTE: verify may be SERVING before the draft has bound its port (both start at
+    once); its channel then retries with a backoff of up to grpc.max_reconnect_backoff_ms (2 s), and requests in
+    that window fall back by design (CI: the warm-up and the next two requests did). A fresh draft's first block
+    (lazy initialisation) can also be late on a loaded host."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        summary = client.generate(PROMPT, max_tokens=8, temperature=0, ignore_eos=True).summary
+        if summary.rounds > 0 and not summary.fallback:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no request drafted within {timeout:g}s; verify log:\n{(logs / 'verify.log').read_text(errors='replace')[-4000:]}")
+
+
 @pytest.fixture(scope="module")
 def processes(tiny_pair_paths, tmp_path_factory):
     draft_port, verify_port = free_port(), free_port()
@@ -63,9 +77,7 @@ def processes(tiny_pair_paths, tmp_path_factory):
     try:
         _wait_serving(VerifyClient(f"127.0.0.1:{draft_port}"), draft, logs / "draft.log")
         _wait_serving(client, verify, logs / "verify.log")
-        # NOTE: a fresh draft's first block (lazy initialisation) can miss the 2 s round deadline on a loaded
-        # host, and that request then falls back by design: warm both processes once.
-        client.generate(PROMPT, max_tokens=8, temperature=0)
+        _wait_drafting(client, logs)
         yield {"draft": draft, "verify": verify, "client": client}
     finally:
         client.close()
