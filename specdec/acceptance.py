@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.noise import keyed_gumbel_argmax
+from specdec.noise import gumbel_argmax
 from specdec.sampling import SparseDistribution, densify
 
 
@@ -149,11 +149,10 @@ def sample(
 def coupled_accept(
     candidate_ids: torch.Tensor,  # [k]
     target_probs: torch.Tensor,  # [k + 1, vocab]
-    seed: int,
-    positions: torch.Tensor,  # [k + 1] the absolute positions of target_probs' rows
+    gumbel: torch.Tensor,  # [k + 1, vocab] keyed noise at the same absolute positions
 ) -> RoundVerdict:
-    """Accept while the candidate equals the target's keyed Gumbel-max choice (see specdec.noise)."""
-    return accept_matching_prefix(candidate_ids, keyed_gumbel_argmax(seed, positions, target_probs))
+    """Accept while the candidate equals the target's Gumbel-max choice (see specdec.noise)."""
+    return accept_matching_prefix(candidate_ids, gumbel_argmax(target_probs, gumbel))
 
 
 def accept_tree_path(
@@ -192,9 +191,8 @@ def coupled_tree_accept(
     node_ids: torch.Tensor,  # [n]
     parents: Sequence[int],  # [n]
     target_probs: torch.Tensor,  # [n + 1, vocab], rows as in accept_tree_path
-    seed: int,
-    positions: torch.Tensor,  # [n + 1] each row's absolute position (root row: the committed length;
-    # node i: committed length + depth(i))
+    gumbel: torch.Tensor,  # [n + 1, vocab] keyed noise at each row's absolute position (root row: the
+    # committed length; node i: committed length + depth(i))
 ) -> RoundVerdict:
-    """Accept down the tree while a child equals the target's keyed Gumbel-max choice (see specdec.noise)."""
-    return accept_tree_path(node_ids, parents, keyed_gumbel_argmax(seed, positions, target_probs))
+    """Accept down the tree while a child equals the target's Gumbel-max choice (see specdec.noise)."""
+    return accept_tree_path(node_ids, parents, gumbel_argmax(target_probs, gumbel))

@@ -13,7 +13,7 @@ from specdec.acceptance import RoundVerdict, coupled_accept, coupled_tree_accept
 from specdec.acceptance_modes import RULES, TREE_REFUSAL, AcceptanceRule
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError
-from specdec.noise import keyed_gumbel_argmax, keyed_gumbel_at
+from specdec.noise import gumbel_argmax, keyed_gumbel, keyed_gumbel_at
 from specdec.sampling import SparseDistribution, sparse_top_k
 from specdec.tree import node_depths
 
@@ -72,17 +72,20 @@ class CoupledRounds(ModeRounds):
     rule = RULES[AcceptanceMode.COUPLED]
 
     def choose(self, draft_probs, position, keys):
-        return int(keyed_gumbel_argmax(keys.seed, torch.tensor([position]), draft_probs.unsqueeze(0))[0]), None
+        gumbel = keyed_gumbel(keys.seed, torch.tensor([position], device=draft_probs.device), draft_probs.shape[-1])
+        return int(gumbel_argmax(draft_probs.unsqueeze(0), gumbel)[0]), None
 
     def verify_chain(self, candidate_ids, draft_probs, target_probs, noise):
         positions = torch.arange(noise.start, noise.start + target_probs.shape[0], device=target_probs.device)
-        return coupled_accept(candidate_ids.to(target_probs.device), target_probs, noise.seed, positions)
+        return coupled_accept(
+            candidate_ids.to(target_probs.device), target_probs, keyed_gumbel(noise.seed, positions, target_probs.shape[-1])
+        )
 
     def verify_tree(self, node_ids, parents, target_probs, noise):
         # NOTE: row 0 emits at position `start`, node i's row at start + depth(i): each node's noise
         # is the noise of the position its child would take in target-only decoding.
         positions = torch.tensor([noise.start] + [noise.start + depth for depth in node_depths(parents)], device=target_probs.device)
-        return coupled_tree_accept(node_ids, parents, target_probs, noise.seed, positions)
+        return coupled_tree_accept(node_ids, parents, target_probs, keyed_gumbel(noise.seed, positions, target_probs.shape[-1]))
 
 
 class RejectionRounds(ModeRounds):

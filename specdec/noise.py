@@ -70,17 +70,13 @@ def keyed_gumbel_at(
     return -torch.log(-torch.log((bits.double() + 0.5) / _TWO_POW_32))
 
 
-def keyed_gumbel_argmax(
-    seed: int,
-    positions: torch.Tensor,  # [n] absolute positions
+def gumbel_argmax(
     probs: torch.Tensor,  # [n, vocab]
+    gumbel: torch.Tensor,  # [n, vocab]
 ) -> torch.Tensor:  # [n] int64
-    """argmax_v(log probs + keyed_gumbel(seed, positions)): an exact sample of each row of `probs`.
+    """argmax_v(log probs + G): an exact sample of `probs` when G is standard Gumbel noise.
 
-    Computed as argmax_v(probs / E) with E = -log(u), the keyed uniform's exponential noise: the same order, since
-    log p - log(-log u) = log(p / E). NOTE: one logarithm per token instead of three (log p, log u, log(-log u)):
-    over a 49k vocabulary in float64 the three took a tenth of a CPU target's core at 8 sessions, beside its pass.
-    Tokens with probability 0 score 0 and never win (some token has p > 0, and E is finite: u < 1).
+    NOTE: tokens with probability 0 have log-probability -inf and can never win.
     """
-    uniform = keyed_uniform(seed, positions.to(probs.device), probs.shape[-1])
-    return (probs.double() / -torch.log(uniform)).argmax(dim=-1)
+    scores = torch.log(probs.double()) + gumbel.to(probs.device)
+    return scores.argmax(dim=-1)

@@ -47,7 +47,7 @@ class TreeRanking:
         if self.acceptance is AcceptanceMode.COUPLED:
             log_q = torch.log(processed_probs(logits, self.sampling).double())
             positions = torch.arange(first_position, first_position + logits.shape[0], device=logits.device)
-            # NOTE: the Gumbel-max score, so the first child is the chain drafter's choice (keyed_gumbel_argmax's).
+            # NOTE: exactly gumbel_argmax's score, so the first child is the chain drafter's choice.
             return log_q + keyed_gumbel(self.seed, positions, logits.shape[-1]), log_q
         # Greedy: processed q is one-hot; the raw softmax ranks the runners-up (its argmax is the same).
         log_q = torch.log_softmax(logits.double(), dim=-1)

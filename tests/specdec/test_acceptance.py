@@ -148,13 +148,13 @@ def test_greedy_accepts_matching_prefix_then_recovers_target_argmax():
 def test_coupled_accept_equals_target_only_choices():
     generator = torch.Generator().manual_seed(3)
     target_probs = torch.stack([_random_dist(30, generator) for _ in range(4)])
-    positions = torch.arange(100, 104)
-    target_choices = (torch.log(target_probs) + keyed_gumbel(11, positions, 30)).argmax(-1)
-    verdict = coupled_accept(target_choices[:3].clone(), target_probs, 11, positions)
+    noise = keyed_gumbel(11, torch.arange(100, 104), 30)
+    target_choices = (torch.log(target_probs) + noise).argmax(-1)
+    verdict = coupled_accept(target_choices[:3].clone(), target_probs, noise)
     assert verdict.token_ids == target_choices.tolist()
     wrong = target_choices[:3].clone()
     wrong[1] = (wrong[1] + 1) % 30
-    assert coupled_accept(wrong, target_probs, 11, positions).token_ids == target_choices[:2].tolist()
+    assert coupled_accept(wrong, target_probs, noise).token_ids == target_choices[:2].tolist()
 
 
 def test_rejection_consumes_no_randomness_when_every_ratio_is_one():

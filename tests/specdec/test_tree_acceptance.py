@@ -43,9 +43,9 @@ def test_a_chain_tree_gives_the_chain_verdict():
     target_probs[0, 4] = target_probs[1, 5] = 5.0  # the first two candidates are the target's argmax
     chain, tree = greedy_accept(candidate_ids, target_probs), greedy_tree_accept(candidate_ids, chain_parents(4), target_probs)
     assert tree.token_ids == chain.token_ids and tree.accepted_path == chain.accepted_path == [0, 1]
-    positions = torch.arange(10, 15)
-    coupled_chain = coupled_accept(candidate_ids, target_probs, 7, positions)
-    assert coupled_tree_accept(candidate_ids, chain_parents(4), target_probs, 7, positions).token_ids == coupled_chain.token_ids
+    gumbel = keyed_gumbel(7, torch.arange(10, 15), 16)
+    coupled_chain = coupled_accept(candidate_ids, target_probs, gumbel)
+    assert coupled_tree_accept(candidate_ids, chain_parents(4), target_probs, gumbel).token_ids == coupled_chain.token_ids
 
 
 def test_coupled_tree_emits_the_target_only_tokens():
@@ -58,7 +58,7 @@ def test_coupled_tree_emits_the_target_only_tokens():
     node_ids = NODE_IDS.clone()
     node_ids[1] = choices[0]  # the target's first choice is root child 1
     node_ids[4] = choices[2]  # and its second is node 4, below it
-    verdict = coupled_tree_accept(node_ids, PARENTS, target_probs, 11, positions)
+    verdict = coupled_tree_accept(node_ids, PARENTS, target_probs, gumbel)
     assert verdict.accepted_nodes == [1, 4]
     assert verdict.token_ids == [int(choices[0]), int(choices[2]), int(choices[5])]
 

@@ -52,8 +52,7 @@ def _wait_drafting(client: VerifyClient, logs: Path, timeout: float = 30.0) -> N
         if summary.rounds > 0 and not summary.fallback:
             return
         time.sleep(0.2)
-    log = (logs / "verify.log").read_text(errors="replace")
-    raise AssertionError(f"no request drafted within {timeout:g}s; verify log:\n{log[-4000:]}")
+    raise AssertionError(f"no request drafted within {timeout:g}s; verify log:\n{(logs / 'verify.log').read_text(errors='replace')[-4000:]}")
 
 
 @pytest.fixture(scope="module")
