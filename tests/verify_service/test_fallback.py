@@ -52,7 +52,8 @@ def _wait_drafting(client: VerifyClient, logs: Path, timeout: float = 30.0) -> N
         if summary.rounds > 0 and not summary.fallback:
             return
         time.sleep(0.2)
-    raise AssertionError(f"no request drafted within {timeout:g}s; verify log:\n{(logs / 'verify.log').read_text(errors='replace')[-4000:]}")
+    log = (logs / "verify.log").read_text(errors="replace")
+    raise AssertionError(f"no request drafted within {timeout:g}s; verify log:\n{log[-4000:]}")
 
 
 @pytest.fixture(scope="module")
