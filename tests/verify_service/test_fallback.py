@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from service_support import free_port, spawn_service
+from service_support import free_port, spawn_service, wait_until
 
 from specdec.cli.client import VerifyClient
 from specdec.drafters import ModelDrafter
@@ -46,14 +46,16 @@ def _wait_drafting(client: VerifyClient, logs: Path, timeout: float = 30.0) -> N
     once); its channel then retries with a backoff of up to grpc.max_reconnect_backoff_ms (2 s), and requests in
     that window fall back by design (CI: the warm-up and the next two requests did). A fresh draft's first block
     (lazy initialisation) can also be late on a loaded host."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def drafted() -> bool:
         summary = client.generate(PROMPT, max_tokens=8, temperature=0, ignore_eos=True).summary
-        if summary.rounds > 0 and not summary.fallback:
-            return
-        time.sleep(0.2)
-    log = (logs / "verify.log").read_text(errors="replace")
-    raise AssertionError(f"no request drafted within {timeout:g}s; verify log:\n{log[-4000:]}")
+        return summary.rounds > 0 and not summary.fallback
+
+    try:
+        wait_until(drafted, timeout, "a request drafted", interval=0.2)
+    except AssertionError as error:
+        log = (logs / "verify.log").read_text(errors="replace")
+        raise AssertionError(f"{error}; verify log:\n{log[-4000:]}") from error
 
 
 @pytest.fixture(scope="module")
