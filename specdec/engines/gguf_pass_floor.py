@@ -3,7 +3,8 @@
 NOTE: batch invariance (llama_cpp.py's NOTE) needs a position's logits to be the same whether its pass holds one token
 or several. llama.cpp built with llamafile's sgemm (`LLAMAFILE = 1` in its system info, the default) runs passes of two
 tokens or more through sgemm and one-token passes through its dot products, which round differently, so a target's
-lone tokens are padded to two (1.7-2x a one-token step on bf16). Built without it (CMAKE_ARGS="-DGGML_LLAMAFILE=OFF"),
+lone tokens are padded to two (1.7-2x a one-token step on bf16). Built as `make install` builds it (sgemm only for
+passes of 64 tokens or more, patches/llama-cpp-sgemm-many-tokens.patch) or without sgemm (-DGGML_LLAMAFILE=OFF),
 every pass under 64 tokens runs the dot products, and a one-token pass scores bit-identically
 (benchmarks/kernel_classes.py). This is measured at load rather than read from the build's features: repacked
 quantizations, GPU kernels and flash attention's one-token path (cells split past 512) differ by type and length.
