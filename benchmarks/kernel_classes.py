@@ -4,7 +4,8 @@
         [--threads 1] [--lengths 1,2,3,5,8,16,32,63,64]
 
 llama-cpp-python alone (no specdec code, so any Python with llama-cpp-python runs it, e.g. one built with
-CMAKE_ARGS="-DGGML_LLAMAFILE=OFF", or `make install`'s patched build). After `--context` tokens of random ids in sequence 0 it decodes n new tokens in one
+CMAKE_ARGS="-DGGML_LLAMAFILE=OFF", or `make install`'s patched build). After `--context` tokens of random ids in
+sequence 0 it decodes n new tokens in one
 pass and compares the first new position's logits with a one-token pass of the same token: the largest absolute
 difference per n, and beside a second sequence's step in the same pass. Then the median ms of each pass length.
 It prints the build's features first: llamafile's sgemm (`LLAMAFILE = 1`) runs passes of 2 tokens or more and
