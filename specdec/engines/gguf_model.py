@@ -53,8 +53,8 @@ GGUF_MAGIC = b"GGUF"
 _BATCH_TOKENS = 512  # tokens per llama_decode call; longer feeds (a prompt) take several
 _KV_BYTES_PER_VALUE = 2  # llama.cpp's default KV cache type is f16
 PASS_FLOOR_NOTES = {
-    1: "score as longer passes do (no llamafile sgemm in this llama.cpp build): no padding",
-    2: "score unlike longer passes (llamafile's sgemm in this llama.cpp build): lone tokens padded to two",
+    1: "score as longer passes do (no sgemm under 64 tokens in this llama.cpp build): no padding",
+    2: "score unlike longer passes (sgemm from 2 tokens in this llama.cpp build): lone tokens padded to two",
 }
 _DECODE_ERRORS = {1: "no KV cache slot for the batch", 2: "aborted", -1: "invalid batch"}
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 MANY_TOKENS = 64  # a pass this long runs llama.cpp's many-token kernels (measured; the module's NOTE)
+# NOTE: patches/llama-cpp-sgemm-many-tokens.patch (make install) turns sgemm on at the same 64 tokens.
 PADDING = -1  # the row index of a token that only lengthens a pass; its cells are removed after the pass
 
 
