@@ -47,6 +47,7 @@ class DraftServer:
         if loaded is None:
             loaded = await asyncio.get_running_loop().run_in_executor(None, _load, self.config)
         self.servicer.set_drafter(loaded)
+        await self.servicer.time_draft_step()
         await set_serving(self.health, SERVICE_NAMES, True)
         log.info("draft service SERVING on port %d with drafter %s", self.port, loaded.drafter.name)
 

@@ -17,6 +17,7 @@ from specdec.constraints.grammars import check_grammar_size
 from specdec.constraints.matcher import GrammarConstraint
 from specdec.drafters.base import Drafter, DraftRequest
 from specdec.drafters.overlap import OverlappedDraftSession
+from specdec.drafting_ceiling import time_draft_token
 from specdec.engines.hf import LoadedModel
 from specdec.enums import AcceptanceMode
 from specdec.errors import InvalidRequestError, SpecdecError, check_token_ids
@@ -80,6 +81,20 @@ class DraftServicer(draft_pb2_grpc.DraftServiceServicer):
         if self.batching is not None:
             loaded = LoadedDrafter(loaded.drafter.batched(self.batching), loaded.model)
         self.loaded = loaded
+
+    async def time_draft_step(self) -> float:
+        """One draft-model token's cost, measured once at load for Status (verify bounds drafting's gain with it)."""
+        model = self.loaded.model
+        if model is None:
+            return 0.0
+        try:
+            step_ms = await self._run(time_draft_token, self.loaded.drafter, model.vocab_size) or 0.0
+        except Exception:  # a measurement only: verify then assumes no bound from the draft
+            log.warning("could not time a draft step at load; verify will not bound drafting by it", exc_info=True)
+            return 0.0
+        self._status["draft_step_ms"] = step_ms
+        log.info("a draft token costs %.1f ms here (measured at load)", step_ms)
+        return step_ms
 
     async def _run(self, function, *args):
         return await run_in_thread(self.executor, function, *args)

@@ -27,7 +27,8 @@ rounds in its mode (rates are per round time, so it may span idle gaps): at low 
 caught the last round or two of a request is noise, not a measurement. The mode in use changes only when the other
 wins by `_SWITCH_MARGIN`: single windows at low load differ by more than a draft's gain. The incumbent
 at a load not yet compared is the mode other loads imply (`_implied_mode`), else none is chosen: drafting
-runs whole windows at one session and plain steps above it, the other mode being probed (`_incumbent`); the first choice
+runs whole windows at one session (unless the step costs measured at load bound its gain within the margin:
+`set_gain_bound`) and plain steps above it, the other mode being probed (`_incumbent`); the first choice
 then waits for `_FIRST_SAMPLES` pairs of windows and goes to whichever mode measured faster. A margin in
 drafting's favour there kept drafting wherever it lost by less than the margin (0.84-0.97x of plain steps
 at 4 and 8 sessions on a 2-core CPU). A wrong choice is undone after the next exploration, which comes a
@@ -126,6 +127,14 @@ class LoadAwareSpeculation:
     ) -> None:
         self.kinds = {sampled: KindPolicy(load, window_s, explore_every, clock, name) for sampled, name in self.KINDS.items()}
 
+    def set_gain_bound(self, bound: float) -> bool:
+        """The most drafting can gain at one session, from step costs measured at load (specdec/drafting_ceiling.py):
+        within the switch margin, plain steps are the incumbent there before any comparison. Returns whether drafting is."""
+        drafting = bound > 0 and math.log(bound) > _SWITCH_MARGIN
+        for kind in self.kinds.values():
+            kind.set_first_mode_at_one(drafting)
+        return drafting
+
     def for_request(self, sampled: bool) -> KindPolicy:
         """The policy a session asks before each round and reports each round to: its kind's."""
         return self.kinds[sampled]
@@ -150,6 +159,14 @@ class KindPolicy:
         self._window = _Window(True, load_bucket(max(1, load())), clock(), window_s)
         self._last: _Measured | None = None  # the window before, if it measured anything
         self._warm = False  # whether a window has measured something (the first one, cold, does not count)
+        self.drafting_first_at_one = True  # the incumbent at one session before a choice there (_incumbent)
+
+    def set_first_mode_at_one(self, drafting: bool) -> None:
+        with self._lock:
+            self.drafting_first_at_one = drafting
+            window = self._window
+            if window.load_bucket == 1 and not any(window.rounds.values()):  # the first window, not begun yet
+                window.drafting = drafting
 
     def drafting_allowed(self) -> bool:
         """Whether sessions draft this round (called by each session before each round)."""
@@ -247,17 +264,17 @@ class KindPolicy:
             return True
         return None
 
-    @staticmethod
-    def _incumbent(stats: _BucketStats, bucket: int) -> bool:
+    def _incumbent(self, stats: _BucketStats, bucket: int) -> bool:
         """The mode that runs whole windows at a load, the other one being probed: the choice made there, else the
-        one other loads imply, else drafting for one session and plain steps for more.
+        one other loads imply, else drafting for one session (unless its measured gain bound says it cannot pay:
+        `drafting_first_at_one`) and plain steps for more.
         NOTE: before any comparison at a load above one, drafting is the mode probed: each drafted token is work
         a batched pass must do, and where that lost, whole drafting windows during the first comparisons cost
         short runs at 8 sessions 7-29% (speculation on against off, 8 chat prompts a run, on a 2-core CPU).
         The first choice still goes to whichever mode measured faster (`_best_mode`), with no margin."""
         if stats.best is not None:
             return stats.best
-        return bucket == 1
+        return bucket == 1 and self.drafting_first_at_one
 
     @staticmethod
     def _best_mode(stats: _BucketStats) -> bool:

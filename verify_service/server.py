@@ -45,7 +45,7 @@ class VerifyServer:
         drafter = self._connect_draft()
         self.servicer.set_target(target, drafter)
         if drafter is not None:
-            await self._check_draft(drafter)
+            await self.servicer.bound_drafting(await self._check_draft(drafter))
         await set_serving(self.health, SERVICE_NAMES, True)
         log.info("verify service SERVING on port %d (draft: %s)", self.port, self.config.verify_service.draft_endpoint or "none")
 
@@ -61,8 +61,9 @@ class VerifyServer:
             vocab_fingerprint="",
         )
 
-    async def _check_draft(self, drafter: RemoteDrafter) -> None:
-        """Warn early about an unreachable or incompatible draft; requests fall back either way."""
+    async def _check_draft(self, drafter: RemoteDrafter) -> float:
+        """Warn early about an unreachable or incompatible draft; requests fall back either way. Returns the ms of a
+        draft token that the draft service measured at load (0: unknown)."""
         drafter.vocab_fingerprint = self.servicer.fingerprint
         try:
             status = await drafter.stub.Status(common_pb2.ServerStatusRequest(), timeout=2.0)
@@ -72,13 +73,14 @@ class VerifyServer:
                 self.config.verify_service.draft_endpoint,
                 error.code().name,
             )
-            return
+            return 0.0
         if status.vocab_fingerprint and status.vocab_fingerprint != drafter.vocab_fingerprint:
             log.error(
                 "draft service %s has a different vocabulary from the target: it will be refused and every "
                 "request will decode with the target alone",
                 self.config.verify_service.draft_endpoint,
             )
+        return status.draft_step_ms
 
     async def stop(self, grace: float = 5.0) -> None:
         await set_serving(self.health, SERVICE_NAMES, False)

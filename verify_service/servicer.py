@@ -15,6 +15,7 @@ from specdec.acceptance_modes import rule
 from specdec.assembly import suffix_trees
 from specdec.batching import SequenceRunner
 from specdec.batching.service import service_batching
+from specdec.drafting_ceiling import StepCosts, time_target_passes
 from specdec.engines.base import TargetModel
 from specdec.errors import InvalidRequestError
 from specdec.generation import SpeculativeGenerator
@@ -88,6 +89,23 @@ class VerifyServicer(verify_pb2_grpc.VerifyServiceServicer):
             for sampled, kind in LoadAwareSpeculation.KINDS.items():
                 self.metrics.load_policy_drafting.labels(requests=kind).set_function(functools.partial(self.load_policy.drafting, sampled))
         self.target = target
+
+    async def bound_drafting(self, draft_step_ms: float) -> None:
+        """Time the target's passes (one token, K + 1) once at load and start the load-aware policy at one session in
+        the mode they and the draft's step allow (specdec/drafting_ceiling.py)."""
+        if self.load_policy is None:
+            return
+        num_draft_tokens = self.config.speculative.draft_tokens
+        try:
+            passes = await self._run(time_target_passes, self.runner.open_sequence, self.target.vocab_size, num_draft_tokens)
+        except Exception:  # a measurement only: the policy keeps its default start
+            log.warning("could not time the target's passes at load; the load-aware policy starts as by default", exc_info=True)
+            return
+        if passes is None:
+            return
+        costs = StepCosts(*passes, num_draft_tokens=num_draft_tokens, draft_ms=draft_step_ms)
+        drafting = self.load_policy.set_gain_bound(costs.gain_bound())
+        log.info("%s: %s", costs.describe(), "drafting first there" if drafting else "plain steps first there, drafting probed")
 
     async def _run(self, function, *args):
         return await run_in_thread(self.executor, function, *args)

@@ -206,7 +206,7 @@ def _add_make_draft(commands: argparse._SubParsersAction) -> None:
         help="a .gguf file (re-quantized), a Hugging Face Llama directory (converted, then quantized) "
         "or a bundled name (default: smollm2-135m-instruct, the default target's GGUF)",
     )
-    make.add_argument("--type", default="q8_0", help="f32, f16, bf16, q8_0 (default), q6_k, q5_k_m, q5_0, q4_k_m, q4_1 or q4_0")
+    make.add_argument("--type", default="q8_0", help="f32, f16, bf16, q8_0 (default), q6_k, q5_k_m, q5_0, q4_k_m, q4_1, q4_0 or iq4_nl")
     make.add_argument("--out", help="output .gguf (default: $SPECDEC_MODELS_DIR/<target name>-<type>.gguf)")
     make.add_argument("--threads", type=int, help="quantizer threads (default: one per core)")
     make.add_argument("--config", help="accepted for uniformity; unused")

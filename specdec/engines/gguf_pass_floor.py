@@ -22,8 +22,9 @@ PROBE_LENGTHS = (24, 520)  # tokens of context before the compared position; pas
 _PASS_TOKENS = 3  # the longer pass the one-token pass is compared with (a verify block's shape)
 
 
-def _ids(count: int, offset: int, vocab_size: int) -> list[int]:
-    """Ordinary token ids (past the special ones at the start of a vocabulary), a fixed pattern."""
+def probe_ids(count: int, offset: int, vocab_size: int) -> list[int]:
+    """Ordinary token ids (past the special ones at the start of a vocabulary), a fixed pattern with no n-gram repeated
+    (also the load-time step timings', specdec/drafting_ceiling.py)."""
     low = min(300, vocab_size // 4)
     span = max(1, min(vocab_size, 4300) - low)
     return [low + (37 * index + offset) % span for index in range(count)]
@@ -37,7 +38,7 @@ def one_token_passes_match(
     `clear(seq_id, position)` removes a sequence's cells from `position` on."""
     try:
         for length in (n for n in PROBE_LENGTHS if n + _PASS_TOKENS + 1 <= session_cells):
-            context, new = _ids(length, 0, vocab_size), _ids(_PASS_TOKENS, 11, vocab_size)
+            context, new = probe_ids(length, 0, vocab_size), probe_ids(_PASS_TOKENS, 11, vocab_size)
             for first in range(0, length, 256):
                 decode([(0, first + i, token, False) for i, token in enumerate(context[first : first + 256])])
             alone = decode([(0, length, new[0], True)])[0]

@@ -19,7 +19,8 @@ from tqdm import tqdm
 
 from specdec.errors import DraftConversionError
 
-# --type name -> llama.cpp file type (llama.h's LLAMA_FTYPE_*). q8_0 and q4_0 are the ones measured as drafts.
+# --type name -> llama.cpp file type (llama.h's LLAMA_FTYPE_*). q8_0, q4_0 and iq4_nl are the ones measured as drafts
+# (q4_0 and iq4_nl run repacked kernels on AVX2 CPUs: docs/benchmarks.md, "Draft quantizations and the bound").
 QUANT_TYPES = {
     "f32": "LLAMA_FTYPE_ALL_F32",
     "f16": "LLAMA_FTYPE_MOSTLY_F16",
@@ -31,6 +32,7 @@ QUANT_TYPES = {
     "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
     "q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
     "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
+    "iq4_nl": "LLAMA_FTYPE_MOSTLY_IQ4_NL",
 }
 _TENSOR_LINE = re.compile(rb"\[\s*(\d+)/\s*(\d+)\]")
 _LOG_PREFIX = re.compile(r"^(?:\w+: |failed to quantize: )+")  # "llama_model_quantize: failed to quantize: ..."

@@ -89,7 +89,7 @@ class ServerStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerStatus(_message.Message):
-    __slots__ = ("service", "model", "drafter", "active_sessions", "max_sessions", "vocab_size", "vocab_fingerprint", "device", "max_context", "max_prompt_chars")
+    __slots__ = ("service", "model", "drafter", "active_sessions", "max_sessions", "vocab_size", "vocab_fingerprint", "device", "max_context", "max_prompt_chars", "draft_step_ms")
     SERVICE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DRAFTER_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class ServerStatus(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     MAX_PROMPT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_STEP_MS_FIELD_NUMBER: _ClassVar[int]
     service: str
     model: str
     drafter: str
@@ -110,4 +111,5 @@ class ServerStatus(_message.Message):
     device: str
     max_context: int
     max_prompt_chars: int
-    def __init__(self, service: _Optional[str] = ..., model: _Optional[str] = ..., drafter: _Optional[str] = ..., active_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., device: _Optional[str] = ..., max_context: _Optional[int] = ..., max_prompt_chars: _Optional[int] = ...) -> None: ...
+    draft_step_ms: float
+    def __init__(self, service: _Optional[str] = ..., model: _Optional[str] = ..., drafter: _Optional[str] = ..., active_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., vocab_size: _Optional[int] = ..., vocab_fingerprint: _Optional[str] = ..., device: _Optional[str] = ..., max_context: _Optional[int] = ..., max_prompt_chars: _Optional[int] = ..., draft_step_ms: _Optional[float] = ...) -> None: ...

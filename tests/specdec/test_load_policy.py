@@ -371,3 +371,35 @@ def test_negative_control_one_policy_for_both_kinds_keeps_the_greedy_choice():
     service.run(30, sampled=False)
     modes = service.run(5, sampled=True)
     assert modes.count(True) > 80  # the greedy choice carried over to sampled requests
+
+
+@pytest.mark.parametrize(("bound", "drafts_first"), [(0.97, False), (1.05, False), (1.5, True)])
+def test_a_gain_bound_within_the_margin_starts_one_session_in_plain_steps(bound, drafts_first):
+    service = _Service({(True, 1): 90, (False, 1): 100})
+    policy = LoadAwareSpeculation(lambda: 1)
+    assert policy.set_gain_bound(bound) is drafts_first
+    assert policy.drafting(False) is drafts_first and policy.drafting(True) is drafts_first  # both kinds
+    service.policy.set_first_mode_at_one(drafts_first)
+    first = service.run(1.0)  # the first window, whole: the incumbent's
+    assert first == [drafts_first] * 20
+
+
+def test_plain_steps_first_still_probe_drafting_and_choose_it_where_it_wins():
+    """The bound only picks the incumbent: a workload where drafting wins (free lookups) gets it after the first
+    comparisons, as the negative control (drafting first) does."""
+    starts = {}
+    for drafting_first in (False, True):
+        service = _Service({(True, 1): 200, (False, 1): 100})
+        service.policy.set_first_mode_at_one(drafting_first)
+        early = service.run(6)
+        assert True in early and False in early
+        starts[drafting_first] = sum(early) / len(early)
+        assert sum(service.run(40)) / 800 > 0.7  # mostly drafting once it has measured faster
+    assert starts[False] < starts[True]  # the plain start drafted less while comparing
+
+
+def test_the_first_mode_is_not_changed_under_a_window_that_has_begun():
+    service = _Service({(True, 1): 200, (False, 1): 100})
+    service.run(0.2)  # rounds in the first window, drafting
+    service.policy.set_first_mode_at_one(False)
+    assert service.run(0.2) == [True] * 4

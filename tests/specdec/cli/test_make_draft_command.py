@@ -73,7 +73,8 @@ def test_an_unknown_type_is_refused_before_any_work(tiny_pair_paths, tmp_path, c
     assert main(["make-draft", "--target", str(tiny_pair_paths.target), "--type", "q3_x", "--out", str(tmp_path / "d.gguf")]) == 1
     err = capsys.readouterr().err
     assert err.strip() == (
-        "specdec: error: unknown quantization type 'q3_x': choose one of f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m, q4_1, q4_0"
+        "specdec: error: unknown quantization type 'q3_x': "
+        "choose one of f32, f16, bf16, q8_0, q6_k, q5_k_m, q5_0, q4_k_m, q4_1, q4_0, iq4_nl"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -133,3 +133,11 @@ def _vocabulary(path) -> Iterator[llama_cpp.Llama]:
 
 def _token_texts(llama: llama_cpp.Llama) -> list[str]:
     return [llama._model.token_get_text(token_id) for token_id in range(llama.n_vocab())]
+
+
+def test_an_iq4_nl_draft_is_written_as_iq4_nl_and_stays_near(tiny_pair_paths, tmp_path, hf_logits):
+    """IQ4_NL: 4.5 bits as q4_0, on a non-linear grid, with repacked kernels on AVX2 CPUs (a faster draft step)."""
+    made = make_draft(tiny_pair_paths.target, "iq4_nl", tmp_path / "target-iq4_nl.gguf", threads=1)
+    assert _weight_types(made.path) == {gguf.GGMLQuantizationType.IQ4_NL}
+    ids, expected = hf_logits
+    assert np.abs(_llama_logits(made.path, ids) - expected).mean() < 0.25 * np.abs(expected).mean()
