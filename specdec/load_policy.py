@@ -27,8 +27,9 @@ rounds in its mode (rates are per round time, so it may span idle gaps): at low 
 caught the last round or two of a request is noise, not a measurement. The mode in use changes only when the other
 wins by `_SWITCH_MARGIN`: single windows at low load differ by more than a draft's gain. The incumbent
 at a load not yet compared is the mode other loads imply (`_implied_mode`), else none is chosen: drafting
-runs whole windows at one session (unless the step costs measured at load bound its gain within the margin:
-`set_gain_bound`) and plain steps above it, the other mode being probed (`_incumbent`); the first choice
+runs whole windows at one session (unless the step costs measured at load bound its gain below 1.25x: then plain
+steps are chosen there from the start, `set_gain_bound`) and plain steps above it, the other mode being probed
+(`_incumbent`); the first choice
 then waits for `_FIRST_SAMPLES` pairs of windows and goes to whichever mode measured faster. A margin in
 drafting's favour there kept drafting wherever it lost by less than the margin (0.84-0.97x of plain steps
 at 4 and 8 sessions on a 2-core CPU). A wrong choice is undone after the next exploration, which comes a
@@ -52,6 +53,11 @@ _RATE_SMOOTHING = 0.5
 # `explore_every`: each exploration costs a window in the slower mode.
 _MAX_EXPLORE_BACKOFF = 4
 _SWITCH_MARGIN = 0.1  # log ratio (about 10%) the other mode must win by before the policy switches to it
+# The gain bound measured at load (every candidate accepted, drafting wholly hidden: specdec/drafting_ceiling.py) above
+# which one session drafts first. The default pair's drafting reached 0.8-0.9 of that bound on a 2-core CPU (bound
+# 0.95-1.11: 0.85-0.92x of plain steps; 1.56: 1.25x), so below about 1.25 it loses.
+_DRAFT_FIRST_BOUND = 1.25
+_BOUND_REACHED = 0.85  # the share of that bound taken as drafting's gain where the policy starts decided on plain steps
 _MIN_ROUNDS = 8  # rounds in its mode before a window closes (unless it saw no round at all)
 # Pairs of adjacent windows before the first choice at a load: one pair at 8 sessions read drafting even with
 # plain steps where it was 25% slower (the first windows of a burst), and that choice held for a dozen windows.
@@ -129,10 +135,13 @@ class LoadAwareSpeculation:
 
     def set_gain_bound(self, bound: float) -> bool:
         """The most drafting can gain at one session, from step costs measured at load (specdec/drafting_ceiling.py):
-        within the switch margin, plain steps are the incumbent there before any comparison. Returns whether drafting is."""
-        drafting = bound > 0 and math.log(bound) > _SWITCH_MARGIN
-        for kind in self.kinds.values():
-            kind.set_first_mode_at_one(drafting)
+        below `_DRAFT_FIRST_BOUND` one session starts decided on plain steps, as if compared already (drafting at
+        `_BOUND_REACHED` of the bound), so only the policy's explorations probe drafting there. Returns whether drafting
+        runs first."""
+        drafting = bound > _DRAFT_FIRST_BOUND
+        if not drafting:
+            for kind in self.kinds.values():
+                kind.decide_plain_at_one(math.log(max(bound, 1e-6) * _BOUND_REACHED))
         return drafting
 
     def for_request(self, sampled: bool) -> KindPolicy:
@@ -159,14 +168,17 @@ class KindPolicy:
         self._window = _Window(True, load_bucket(max(1, load())), clock(), window_s)
         self._last: _Measured | None = None  # the window before, if it measured anything
         self._warm = False  # whether a window has measured something (the first one, cold, does not count)
-        self.drafting_first_at_one = True  # the incumbent at one session before a choice there (_incumbent)
 
-    def set_first_mode_at_one(self, drafting: bool) -> None:
+    def decide_plain_at_one(self, log_gain: float) -> None:
+        """Plain steps at one session, as if its first comparisons had measured `log_gain` (unless they ran already)."""
         with self._lock:
-            self.drafting_first_at_one = drafting
+            stats = self._stats_for(1)
+            if stats.samples:
+                return
+            stats.best, stats.log_gain, stats.samples = False, log_gain, _FIRST_SAMPLES
             window = self._window
             if window.load_bucket == 1 and not any(window.rounds.values()):  # the first window, not begun yet
-                window.drafting = drafting
+                window.drafting = False
 
     def drafting_allowed(self) -> bool:
         """Whether sessions draft this round (called by each session before each round)."""
@@ -264,17 +276,18 @@ class KindPolicy:
             return True
         return None
 
-    def _incumbent(self, stats: _BucketStats, bucket: int) -> bool:
-        """The mode that runs whole windows at a load, the other one being probed: the choice made there, else the
-        one other loads imply, else drafting for one session (unless its measured gain bound says it cannot pay:
-        `drafting_first_at_one`) and plain steps for more.
+    @staticmethod
+    def _incumbent(stats: _BucketStats, bucket: int) -> bool:
+        """The mode that runs whole windows at a load, the other one being probed: the choice made there (at one
+        session possibly made at load, `set_gain_bound`), else the one other loads imply, else drafting for one
+        session and plain steps for more.
         NOTE: before any comparison at a load above one, drafting is the mode probed: each drafted token is work
         a batched pass must do, and where that lost, whole drafting windows during the first comparisons cost
         short runs at 8 sessions 7-29% (speculation on against off, 8 chat prompts a run, on a 2-core CPU).
         The first choice still goes to whichever mode measured faster (`_best_mode`), with no margin."""
         if stats.best is not None:
             return stats.best
-        return bucket == 1 and self.drafting_first_at_one
+        return bucket == 1
 
     @staticmethod
     def _best_mode(stats: _BucketStats) -> bool:

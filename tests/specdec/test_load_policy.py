@@ -373,33 +373,36 @@ def test_negative_control_one_policy_for_both_kinds_keeps_the_greedy_choice():
     assert modes.count(True) > 80  # the greedy choice carried over to sampled requests
 
 
-@pytest.mark.parametrize(("bound", "drafts_first"), [(0.97, False), (1.05, False), (1.5, True)])
-def test_a_gain_bound_within_the_margin_starts_one_session_in_plain_steps(bound, drafts_first):
-    service = _Service({(True, 1): 90, (False, 1): 100})
+@pytest.mark.parametrize(("bound", "drafts_first"), [(0.97, False), (1.2, False), (1.5, True)])
+def test_a_gain_bound_below_1_25x_starts_one_session_decided_on_plain_steps(bound, drafts_first):
     policy = LoadAwareSpeculation(lambda: 1)
     assert policy.set_gain_bound(bound) is drafts_first
     assert policy.drafting(False) is drafts_first and policy.drafting(True) is drafts_first  # both kinds
-    service.policy.set_first_mode_at_one(drafts_first)
-    first = service.run(1.0)  # the first window, whole: the incumbent's
-    assert first == [drafts_first] * 20
 
 
-def test_plain_steps_first_still_probe_drafting_and_choose_it_where_it_wins():
-    """The bound only picks the incumbent: a workload where drafting wins (free lookups) gets it after the first
-    comparisons, as the negative control (drafting first) does."""
-    starts = {}
-    for drafting_first in (False, True):
-        service = _Service({(True, 1): 200, (False, 1): 100})
-        service.policy.set_first_mode_at_one(drafting_first)
-        early = service.run(6)
-        assert True in early and False in early
-        starts[drafting_first] = sum(early) / len(early)
-        assert sum(service.run(40)) / 800 > 0.7  # mostly drafting once it has measured faster
-    assert starts[False] < starts[True]  # the plain start drafted less while comparing
+def test_decided_on_plain_steps_it_compares_nothing_first_and_probes_only_when_exploring():
+    decided = _Service({(True, 1): 90, (False, 1): 100})
+    decided.policy.decide_plain_at_one(math.log(0.85))
+    assert decided.run(3.5) == [False] * 70  # no comparison windows: the first exploration comes after 4 windows
+    assert True in decided.run(2.0)
+    undecided = _Service({(True, 1): 90, (False, 1): 100})  # the control: drafting first, then comparing
+    assert undecided.run(1.0) == [True] * 20
 
 
-def test_the_first_mode_is_not_changed_under_a_window_that_has_begun():
+def test_decided_on_plain_steps_it_still_switches_where_drafting_wins():
+    """The bound picks only the start: a workload where drafting wins (free lookups) gets it at the first exploration."""
+    service = _Service({(True, 1): 200, (False, 1): 100})
+    service.policy.decide_plain_at_one(math.log(0.85))
+    service.run(8)
+    assert sum(service.run(40)) / 800 > 0.7
+
+
+def test_a_load_already_compared_or_a_window_begun_is_not_overridden():
     service = _Service({(True, 1): 200, (False, 1): 100})
     service.run(0.2)  # rounds in the first window, drafting
-    service.policy.set_first_mode_at_one(False)
+    service.policy.decide_plain_at_one(math.log(0.85))
     assert service.run(0.2) == [True] * 4
+    compared = _Service({(True, 1): 200, (False, 1): 100})
+    compared.run(6)  # both modes measured: drafting chosen
+    compared.policy.decide_plain_at_one(math.log(0.85))
+    assert compared.policy.buckets[1].best is True
