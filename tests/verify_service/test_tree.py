@@ -25,9 +25,9 @@ def tree_client(service_loop, tiny_target, tiny_draft, make_draft_server):
     from verify_service.server import VerifyServer
 
     draft = make_draft_server(ModelDrafter(tiny_draft.model), tiny_draft, max_batch_size=4, batch_wait_ms=5)
-    config = SpecdecConfig(
-        speculative=TREE, verify_service={"draft_endpoint": f"127.0.0.1:{draft.port}", "max_batch_size": 4, "batch_wait_ms": 5}
-    )
+    # Drafting every round: the tiny pair would start in plain steps (the load-aware policy has its own tests).
+    settings = {"draft_endpoint": f"127.0.0.1:{draft.port}", "max_batch_size": 4, "batch_wait_ms": 5, "load_aware_speculation": False}
+    config = SpecdecConfig(speculative=TREE, verify_service=settings)
     verify = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
     service_loop.run(verify.start(tiny_target))
     client = VerifyClient(f"127.0.0.1:{verify.port}")

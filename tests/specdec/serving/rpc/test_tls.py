@@ -131,7 +131,8 @@ def tls_verify_server(service_loop, tiny_target, certs, tls_draft_server):
     # One tls section: the server side (cert, key, CA for client certs) and the client side towards the draft.
     config = SpecdecConfig(
         tls={**certs, "require_client_auth": True},
-        verify_service={"draft_endpoint": f"localhost:{tls_draft_server.port}", "max_sessions": 4},
+        # Drafting every round (the tiny pair would start in plain steps: the load-aware policy has its own tests).
+        verify_service={"draft_endpoint": f"localhost:{tls_draft_server.port}", "max_sessions": 4, "load_aware_speculation": False},
     )
     server = service_loop.run(_construct(VerifyServer, config, "127.0.0.1:0"))
     service_loop.run(server.start(tiny_target))
