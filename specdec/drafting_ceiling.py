@@ -16,7 +16,6 @@ start: the policy's explorations still measure drafting and switch to it where i
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from specdec.kv_cache import PrefixCache
 from specdec.sampling import SamplingParams
 
 CONTEXT_TOKENS = 32  # before the timed steps: a short chat prompt's worth
-TIMED_STEPS = 6  # per shape, after one untimed (first kernels, lazily built state)
+TIMED_STEPS = 8  # per shape, after one untimed (first kernels, lazily built state)
 TIME_BUDGET_S = 3.0  # a large model on a slow device stops early, with fewer samples
 
 
@@ -57,22 +56,27 @@ class StepCosts:
         )
 
 
-def _median_ms(step: Callable[[int], float | None], budget_s: float = TIME_BUDGET_S) -> float | None:
-    """Median of `step(i)` (ms, or None for a step that does not count) over TIMED_STEPS after an untimed first."""
+def _least_ms(step: Callable[[int], tuple[float | None, ...]], budget_s: float = TIME_BUDGET_S) -> tuple[float | None, ...]:
+    """The least of each of `step(i)`'s timings (ms; None: a step that does not count) over TIMED_STEPS calls after an
+    untimed first. NOTE: the least, not the median: interference (another process, a cold cache) only slows a step,
+    and one slow sample of the target's step would raise the bound: five fresh stacks logged 11.8-19.2 ms for it."""
     deadline = time.monotonic() + budget_s
-    samples = []
+    samples: list[list[float]] = []
     for index in range(TIMED_STEPS + 1):
         measured = step(index)
-        if index and measured is not None:
-            samples.append(measured)
+        samples = samples or [[] for _ in measured]
+        for kept, value in zip(samples, measured, strict=True):
+            if index and value is not None:
+                kept.append(value)
         if time.monotonic() > deadline:
             break
-    return statistics.median(samples) if samples else None
+    return tuple(min(kept) if kept else None for kept in samples)
 
 
 def time_target_passes(open_sequence: Callable[[int], PrefixCache], vocab_size: int, num_draft_tokens: int) -> tuple[float, float] | None:
     """(one-token pass, K + 1-token pass) in ms, on a sequence of the serving runner (`open_sequence(reserve)`),
-    released after; None where the budget ran out before a sample of each."""
+    released after; the two shapes taken in turns, so both see the same conditions. None where the budget ran out
+    before a sample of each."""
     context = probe_ids(CONTEXT_TOKENS, 0, vocab_size)
     lm = open_sequence(CONTEXT_TOKENS + num_draft_tokens + 1)
     try:
@@ -83,16 +87,17 @@ def time_target_passes(open_sequence: Callable[[int], PrefixCache], vocab_size: 
             lm.advance(context + new_ids, len(new_ids))  # rolls back the last probe's tokens first
             return (time.perf_counter() - started) * 1000
 
-        one = _median_ms(lambda index: timed(probe_ids(1, 11 + index, vocab_size)))
-        block = _median_ms(lambda index: timed(probe_ids(num_draft_tokens + 1, 11 + index, vocab_size)))
+        one, block = _least_ms(
+            lambda index: (timed(probe_ids(1, 11 + index, vocab_size)), timed(probe_ids(num_draft_tokens + 1, 11 + index, vocab_size)))
+        )
     finally:
         lm.release()
     return None if one is None or block is None else (one, block)
 
 
 def time_draft_token(drafter: Drafter, vocab_size: int) -> float | None:
-    """Median ms of one draft-model token through a session of `drafter` (its batching, sampling and prompt lookup as
-    served); steps that another source proposed (a lookup) do not count. None where none was the model's."""
+    """The least ms of one draft-model token through a session of `drafter` (its batching, sampling and prompt lookup
+    as served); steps that another source proposed (a lookup) do not count. None where none was the model's."""
     request = DraftRequest(
         prompt_ids=probe_ids(CONTEXT_TOKENS, 0, vocab_size),
         sampling=SamplingParams(temperature=0.0),
@@ -104,11 +109,11 @@ def time_draft_token(drafter: Drafter, vocab_size: int) -> float | None:
     try:
         session.propose(1)  # the prompt's prefill and a first token: not a draft step
 
-        def step(_: int) -> float | None:
+        def step(_: int) -> tuple[float | None]:
             session.feedback(1, [])
             block = session.propose(1)
-            return block.compute_ms if block.candidate_sources() == [TokenSource.DRAFT] else None
+            return (block.compute_ms if block.candidate_sources() == [TokenSource.DRAFT] else None,)
 
-        return _median_ms(step)
+        return _least_ms(step)[0]
     finally:
         session.close()

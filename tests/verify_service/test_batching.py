@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
+from generation_support import ReportingDrafter
 
 from specdec.batching.packed_forward import model_parts
 from specdec.cli.client import VerifyClient
@@ -44,9 +45,11 @@ def batched_stack(pair64, make_draft_server, make_verify_server):
     """(client, verify server, draft server): services that batch up to 8 sessions."""
     clients = []
 
-    def make(**verify_settings):
+    def make(draft_ms: float | None = None, **verify_settings):
+        """`draft_ms`: the draft's blocks report that cost (the load-aware policy then drafts first at one session)."""
         target, draft = pair64
-        draft_server = make_draft_server(ModelDrafter(draft.model), draft, max_batch_size=8, batch_wait_ms=20)
+        drafter = ModelDrafter(draft.model) if draft_ms is None else ReportingDrafter(ModelDrafter(draft.model), draft_ms)
+        draft_server = make_draft_server(drafter, draft, max_batch_size=8, batch_wait_ms=20)
         verify = make_verify_server(target, f"127.0.0.1:{draft_server.port}", max_batch_size=8, batch_wait_ms=20, **verify_settings)
         clients.append(VerifyClient(f"127.0.0.1:{verify.port}"))
         return clients[-1], verify, draft_server
@@ -142,7 +145,9 @@ def test_the_memory_budget_queues_the_session_that_does_not_fit_and_refuses_the_
 
 
 def test_load_aware_speculation_switches_modes_without_changing_outputs(batched_stack):
-    client, verify, _ = batched_stack(load_aware_speculation=True, load_window_s=0.05)
+    # A draft that reports a negligible step: one session starts drafting and compares (on the tiny pair, whose draft
+    # costs about what its target does, the policy would start decided on plain steps: tests/verify_service/test_drafting_bound.py).
+    client, verify, _ = batched_stack(draft_ms=1e-3, load_aware_speculation=True, load_window_s=0.05)
     requests = _requests("coupled")
     alone = [client.generate(**settings).token_ids for settings in requests[:4]]
     assert _run_together(client, requests[:4]) == alone
