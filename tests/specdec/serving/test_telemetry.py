@@ -75,6 +75,9 @@ def traced_stack(receiver, tiny_pair_paths, tmp_path_factory):
         "OMP_NUM_THREADS": "1",
         # A generous round deadline: on a loaded host one slow block made the request fall back, and the trace lacked the draft's spans.
         "SPECDEC_VERIFY_SERVICE__DRAFT_ROUND_TIMEOUT_MS": "20000",
+        # Drafting every round: the tiny pair's draft costs what its target does, so the load-aware policy may start
+        # plain at one session (its own tests), and the trace would lack the draft's spans.
+        "SPECDEC_VERIFY_SERVICE__LOAD_AWARE_SPECULATION": "false",
     }
     ports = {name: free_port() for name in ("draft", "verify", "gateway")}
     logs = tmp_path_factory.mktemp("traced")
