@@ -28,7 +28,7 @@ caught the last round or two of a request is noise, not a measurement. The mode 
 wins by `_SWITCH_MARGIN`: single windows at low load differ by more than a draft's gain. The incumbent
 at a load not yet compared is the mode other loads imply (`_implied_mode`), else none is chosen: drafting
 runs whole windows at one session (unless the step costs measured at load bound its gain below 1.25x: then plain
-steps are chosen there from the start, `set_gain_bound`) and plain steps above it, the other mode being probed
+steps are chosen at every load from the start, `set_gain_bound`) and plain steps above it, the other mode being probed
 (`_incumbent`); the first choice
 then waits for `_FIRST_SAMPLES` pairs of windows and goes to whichever mode measured faster. A margin in
 drafting's favour there kept drafting wherever it lost by less than the margin (0.84-0.97x of plain steps
@@ -109,6 +109,12 @@ class _Measured:
     rate: float
 
 
+def _decide_plain(stats: _BucketStats, log_gain: float) -> None:
+    """Plain steps at a load, as if its first comparisons had measured `log_gain`; a load compared already keeps its own."""
+    if not stats.samples:
+        stats.best, stats.log_gain, stats.samples = False, log_gain, _FIRST_SAMPLES
+
+
 def load_bucket(load: int) -> int:
     """1, 2, 3-4, 5-8, 9-16, ...: the bucket's upper bound."""
     bucket = 1
@@ -135,13 +141,13 @@ class LoadAwareSpeculation:
 
     def set_gain_bound(self, bound: float) -> bool:
         """The most drafting can gain at one session, from step costs measured at load (specdec/drafting_ceiling.py):
-        below `_DRAFT_FIRST_BOUND` one session starts decided on plain steps, as if compared already (drafting at
-        `_BOUND_REACHED` of the bound), so only the policy's explorations probe drafting there. Returns whether drafting
-        runs first."""
+        below `_DRAFT_FIRST_BOUND` every load starts decided on plain steps, as if compared already (drafting at
+        `_BOUND_REACHED` of the bound), so only the policy's explorations probe drafting. Returns whether drafting
+        runs first at one session."""
         drafting = bound > _DRAFT_FIRST_BOUND
         if not drafting:
             for kind in self.kinds.values():
-                kind.decide_plain_at_one(math.log(max(bound, 1e-6) * _BOUND_REACHED))
+                kind.decide_plain(math.log(max(bound, 1e-6) * _BOUND_REACHED))
         return drafting
 
     def for_request(self, sampled: bool) -> KindPolicy:
@@ -168,16 +174,18 @@ class KindPolicy:
         self._window = _Window(True, load_bucket(max(1, load())), clock(), window_s)
         self._last: _Measured | None = None  # the window before, if it measured anything
         self._warm = False  # whether a window has measured something (the first one, cold, does not count)
+        self._bound_log_gain: float | None = None  # set where the step costs timed at load decided plain steps
 
-    def decide_plain_at_one(self, log_gain: float) -> None:
-        """Plain steps at one session, as if its first comparisons had measured `log_gain` (unless they ran already)."""
+    def decide_plain(self, log_gain: float) -> None:
+        """Plain steps at every load not compared yet, as if its first comparisons had measured `log_gain`.
+        NOTE: a bound at one session bounds every load: drafting's gain only falls as sessions share passes
+        (`_implied_mode`)."""
         with self._lock:
-            stats = self._stats_for(1)
-            if stats.samples:
-                return
-            stats.best, stats.log_gain, stats.samples = False, log_gain, _FIRST_SAMPLES
+            self._bound_log_gain = log_gain
+            for stats in self.buckets.values():
+                _decide_plain(stats, log_gain)
             window = self._window
-            if window.load_bucket == 1 and not any(window.rounds.values()):  # the first window, not begun yet
+            if not any(window.rounds.values()) and self._stats_for(window.load_bucket).best is False:  # not begun yet
                 window.drafting = False
 
     def drafting_allowed(self) -> bool:
@@ -264,6 +272,8 @@ class KindPolicy:
     def _stats_for(self, bucket: int) -> _BucketStats:
         if bucket not in self.buckets:
             self.buckets[bucket] = _BucketStats(best=self._implied_mode(bucket))
+            if self._bound_log_gain is not None:
+                _decide_plain(self.buckets[bucket], self._bound_log_gain)
         return self.buckets[bucket]
 
     def _implied_mode(self, bucket: int) -> bool | None:

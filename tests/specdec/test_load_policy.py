@@ -382,7 +382,7 @@ def test_a_gain_bound_below_1_25x_starts_one_session_decided_on_plain_steps(boun
 
 def test_decided_on_plain_steps_it_compares_nothing_first_and_probes_only_when_exploring():
     decided = _Service({(True, 1): 90, (False, 1): 100})
-    decided.policy.decide_plain_at_one(math.log(0.85))
+    decided.policy.decide_plain(math.log(0.85))
     assert decided.run(3.5) == [False] * 70  # no comparison windows: the first exploration comes after 4 windows
     assert True in decided.run(2.0)
     undecided = _Service({(True, 1): 90, (False, 1): 100})  # the control: drafting first, then comparing
@@ -392,7 +392,7 @@ def test_decided_on_plain_steps_it_compares_nothing_first_and_probes_only_when_e
 def test_decided_on_plain_steps_it_still_switches_where_drafting_wins():
     """The bound picks only the start: a workload where drafting wins (free lookups) gets it at the first exploration."""
     service = _Service({(True, 1): 200, (False, 1): 100})
-    service.policy.decide_plain_at_one(math.log(0.85))
+    service.policy.decide_plain(math.log(0.85))
     service.run(8)
     assert sum(service.run(40)) / 800 > 0.7
 
@@ -400,9 +400,22 @@ def test_decided_on_plain_steps_it_still_switches_where_drafting_wins():
 def test_a_load_already_compared_or_a_window_begun_is_not_overridden():
     service = _Service({(True, 1): 200, (False, 1): 100})
     service.run(0.2)  # rounds in the first window, drafting
-    service.policy.decide_plain_at_one(math.log(0.85))
+    service.policy.decide_plain(math.log(0.85))
     assert service.run(0.2) == [True] * 4
     compared = _Service({(True, 1): 200, (False, 1): 100})
     compared.run(6)  # both modes measured: drafting chosen
-    compared.policy.decide_plain_at_one(math.log(0.85))
+    compared.policy.decide_plain(math.log(0.85))
     assert compared.policy.buckets[1].best is True
+
+
+def test_a_bound_at_one_session_decides_higher_loads_too():
+    """Drafting's gain only falls as sessions share passes: a load above one starts decided on plain steps as well,
+    with no comparison windows first; the control (no bound) compares there before its first choice."""
+    decided = _Service({(True, 4): 90, (False, 4): 100})
+    decided.policy.decide_plain(math.log(0.85))
+    decided.load = 4
+    assert decided.run(3.5) == [False] * 70
+    assert decided.policy.buckets[4].best is False
+    undecided = _Service({(True, 4): 90, (False, 4): 100})
+    undecided.load = 4
+    assert True in undecided.run(3.5)
